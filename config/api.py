@@ -1,0 +1,104 @@
+"""The agent API: JSON under /api/v1/, one error shape, bearer-key auth per tenant."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import RequestDataTooBig
+from django.http import HttpRequest, HttpResponse
+from ninja import NinjaAPI
+from ninja.errors import AuthenticationError, HttpError, ValidationError
+from ninja.security import HttpBearer
+
+from runs.errors import DomainError
+from runs.models import ApiKey
+from runs.selectors import api_key_authenticate
+
+
+class ApiKeyAuth(HttpBearer):
+    def authenticate(self, request: HttpRequest, token: str) -> ApiKey | None:
+        return api_key_authenticate(token)
+
+
+api = NinjaAPI(
+    title="Countersign agent API",
+    version="1",
+    description=(
+        "Agents propose side effects; Countersign validates, asks people when policy says so, "
+        "dispatches once in effect and reports what really happened. Authenticate with "
+        "`Authorization: Bearer <key>` (`manage.py create_api_key`). Errors are "
+        '`{"error": {"name", "message", "details"}}` with a stable dotted name.'
+    ),
+    auth=ApiKeyAuth(),
+    openapi_url="/openapi.json",
+    docs_url="/docs",
+    urls_namespace="api",
+)
+
+
+def error_response(
+    request: HttpRequest,
+    status: int,
+    name: str,
+    message: str,
+    details: list[dict[str, Any]] | None = None,
+) -> HttpResponse:
+    body = {"error": {"name": name, "message": message, "details": details or []}}
+    return api.create_response(request, body, status=status)
+
+
+@api.exception_handler(DomainError)
+def on_domain_error(request: HttpRequest, exc: DomainError) -> HttpResponse:
+    return error_response(request, exc.status, exc.name, exc.message, exc.details)
+
+
+@api.exception_handler(AuthenticationError)
+def on_unauthenticated(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
+    return error_response(
+        request,
+        401,
+        "auth.unauthenticated",
+        "Send a valid, unrevoked API key as `Authorization: Bearer <key>`.",
+    )
+
+
+@api.exception_handler(RequestDataTooBig)
+def on_too_large(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
+    return error_response(
+        request,
+        413,
+        "request.too_large",
+        "The body is larger than this API accepts (API_MAX_BODY_BYTES); send less per request.",
+    )
+
+
+@api.exception_handler(HttpError)
+def on_http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
+    # Ninja raises HttpError(400) for a body it cannot parse as JSON.
+    if exc.status_code == 400:
+        return error_response(
+            request, 400, "request.malformed_json", "The body is not valid JSON; fix its syntax."
+        )
+    return error_response(request, exc.status_code, "request.refused", str(exc))
+
+
+@api.exception_handler(ValidationError)
+def on_validation_error(request: HttpRequest, exc: ValidationError) -> HttpResponse:
+    details = []
+    for error in exc.errors:
+        # Drop the parameter-source prefix ("body", "payload") so the path names the field.
+        location = [str(part) for part in error.get("loc", ()) if part not in ("body", "payload")]
+        details.append({"field": ".".join(location) or "(body)", "problem": error.get("msg", "")})
+    fields = ", ".join(detail["field"] for detail in details)
+    return error_response(
+        request, 422, "request.validation_failed", f"Fix these fields: {fields}.", details
+    )
+
+
+def _register_routers() -> None:
+    from runs.api import router as runs_router
+
+    api.add_router("/", runs_router)
+
+
+_register_routers()

@@ -1,0 +1,157 @@
+"""Agent API for runs and decisions."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse
+from ninja import Field, Header, Router, Schema, Status
+from pydantic import ConfigDict
+
+from runs import selectors, services
+from runs.models import Decision, Run
+
+router = Router(tags=["runs"])
+
+
+class StrictSchema(Schema):
+    # Unknown fields are an error, not something silently dropped.
+    model_config = ConfigDict(extra="forbid")
+
+
+class RunIn(StrictSchema):
+    title: str = Field(..., min_length=1, max_length=200)
+    correlation_id: str = Field("", max_length=200)
+    max_tool_calls: int = Field(50, ge=1, le=10_000)
+    max_attempts: int = Field(200, ge=1, le=100_000)
+    deadline: datetime | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class RunOut(Schema):
+    run_id: str
+    title: str
+    state: str
+    correlation_id: str
+    max_tool_calls: int
+    max_attempts: int
+    deadline: datetime | None
+    metadata: dict[str, Any]
+    created_at: datetime
+    updated_at: datetime
+
+
+class DecisionIn(StrictSchema):
+    kind: str = Field(..., min_length=1, max_length=100)
+    content: dict[str, Any]
+    supersedes: str | None = Field(None, max_length=40)
+    turn_id: str = Field("", max_length=100)
+
+
+class DecisionOut(Schema):
+    decision_id: str
+    run_id: str
+    kind: str
+    version: int
+    content: dict[str, Any]
+    supersedes: str | None
+    created_at: datetime
+
+
+class StopIn(StrictSchema):
+    reason: str = Field("", max_length=2000)
+
+
+class ErrorBody(Schema):
+    name: str
+    message: str
+    details: list[dict[str, Any]]
+
+
+class ErrorOut(Schema):
+    error: ErrorBody
+
+
+ERRORS = {400: ErrorOut, 401: ErrorOut, 404: ErrorOut, 409: ErrorOut, 413: ErrorOut, 422: ErrorOut}
+
+
+def run_out(run: Run) -> dict[str, Any]:
+    return {
+        "run_id": run.pk,
+        "title": run.title,
+        "state": run.state,
+        "correlation_id": run.correlation_id,
+        "max_tool_calls": run.max_tool_calls,
+        "max_attempts": run.max_attempts,
+        "deadline": run.deadline,
+        "metadata": run.metadata,
+        "created_at": run.created_at,
+        "updated_at": run.updated_at,
+    }
+
+
+def decision_out(decision: Decision) -> dict[str, Any]:
+    return {
+        "decision_id": decision.pk,
+        "run_id": decision.run_id,
+        "kind": decision.kind,
+        "version": decision.version,
+        "content": decision.content,
+        "supersedes": decision.supersedes_id,
+        "created_at": decision.created_at,
+    }
+
+
+@router.post("/runs", response={200: RunOut, 201: RunOut, **ERRORS})
+def start_run(
+    request: HttpRequest,
+    payload: RunIn,
+    response: HttpResponse,
+    idempotency_key: str | None = Header(None, alias="Idempotency-Key", max_length=200),
+) -> Status:
+    """Start a run. With an `Idempotency-Key` header a retry returns the same run (200)."""
+    run, created = services.run_start(
+        tenant=request.auth.tenant,
+        actor=services.actor_for_key(request.auth),
+        api_key=request.auth,
+        idempotency_key=idempotency_key or "",
+        **payload.dict(),
+    )
+    if not created:
+        response["Idempotent-Replayed"] = "true"
+    return Status(201 if created else 200, run_out(run))
+
+
+@router.get("/runs/{run_id}", response={200: RunOut, **ERRORS})
+def get_run(request: HttpRequest, run_id: str) -> dict[str, Any]:
+    return run_out(selectors.run_get(tenant=request.auth.tenant, run_id=run_id))
+
+
+@router.post("/runs/{run_id}/decisions", response={201: DecisionOut, **ERRORS})
+def record_decision(
+    request: HttpRequest, run_id: str, payload: DecisionIn
+) -> Status:
+    """Record a business judgment (e.g. `refund_eligibility`); tool calls cite its id."""
+    decision = services.decision_record(
+        tenant=request.auth.tenant,
+        run_id=run_id,
+        kind=payload.kind,
+        content=payload.content,
+        supersedes_id=payload.supersedes,
+        turn_id=payload.turn_id,
+        actor=services.actor_for_key(request.auth),
+    )
+    return Status(201, decision_out(decision))
+
+
+@router.post("/runs/{run_id}/stop", response={200: RunOut, **ERRORS})
+def stop_run(request: HttpRequest, run_id: str, payload: StopIn | None = None) -> dict[str, Any]:
+    """Cancel the run. Stopping a cancelled run again answers the same."""
+    run = services.run_stop(
+        tenant=request.auth.tenant,
+        run_id=run_id,
+        reason=payload.reason if payload else "",
+        actor=services.actor_for_key(request.auth),
+    )
+    return run_out(run)

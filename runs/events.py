@@ -1,0 +1,197 @@
+"""The event registry and the one function that appends to the log.
+
+Every event type is registered with a JSON Schema per schema version. `append` validates the
+payload, takes the next sequence number of the run under a row lock, chains the hash of the
+run's previous event, and inserts, all inside the caller's transaction: the event commits
+with the state change it describes or not at all.
+
+Old versions stay readable: an upcaster turns a payload of version N into version N + 1, and
+`upcast` applies them in turn, so a log written long ago still replays.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from hashlib import sha256
+from typing import Any
+
+import jsonschema
+import rfc8785
+from django.db import connection
+from django.utils import timezone
+
+from runs.models import Event, Run
+
+GENESIS_HASH = "0" * 64
+
+_SCHEMAS: dict[tuple[str, int], dict[str, Any]] = {}
+_VALIDATORS: dict[tuple[str, int], jsonschema.Draft202012Validator] = {}
+_LATEST: dict[str, int] = {}
+_UPCASTERS: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = {}
+
+
+class EventSchemaError(ValueError):
+    """An event of an unknown type or version, or a payload its schema rejects."""
+
+
+def register(event_type: str, version: int, schema: dict[str, Any]) -> None:
+    key = (event_type, version)
+    if key in _SCHEMAS and _SCHEMAS[key] != schema:
+        raise ValueError(f"{event_type} v{version} is already registered with another schema")
+    jsonschema.Draft202012Validator.check_schema(schema)
+    _SCHEMAS[key] = schema
+    _VALIDATORS[key] = jsonschema.Draft202012Validator(schema)
+    _LATEST[event_type] = max(version, _LATEST.get(event_type, 0))
+
+
+def register_upcaster(
+    event_type: str, from_version: int, upcaster: Callable[[dict[str, Any]], dict[str, Any]]
+) -> None:
+    _UPCASTERS[(event_type, from_version)] = upcaster
+
+
+def registered_types() -> dict[str, int]:
+    return dict(_LATEST)
+
+
+def latest_version(event_type: str) -> int:
+    try:
+        return _LATEST[event_type]
+    except KeyError:
+        raise EventSchemaError(f"unknown event type {event_type!r}") from None
+
+
+def validate(event_type: str, version: int, payload: dict[str, Any]) -> None:
+    validator = _VALIDATORS.get((event_type, version))
+    if validator is None:
+        raise EventSchemaError(f"unknown event type {event_type!r} version {version}")
+    errors = sorted(validator.iter_errors(payload), key=lambda e: list(e.absolute_path))
+    if errors:
+        problems = "; ".join(
+            f"{'/'.join(map(str, e.absolute_path)) or '(payload)'}: {e.message}" for e in errors
+        )
+        raise EventSchemaError(f"{event_type} v{version} payload rejected: {problems}")
+
+
+def upcast(event_type: str, version: int, payload: dict[str, Any]) -> tuple[int, dict]:
+    """Bring a stored payload up to the latest version of its type."""
+    latest = latest_version(event_type)
+    while version < latest:
+        step = _UPCASTERS.get((event_type, version))
+        if step is None:
+            raise EventSchemaError(f"no upcaster for {event_type} v{version}")
+        payload = step(payload)
+        version += 1
+    return version, payload
+
+
+def _iso(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat(timespec="microseconds")
+
+
+def compute_hash(event: Event) -> str:
+    """The hash of everything an event says, chained to the run's previous event."""
+    body = {
+        "id": event.id,
+        "run": event.run_id,
+        "seq": event.seq,
+        "type": event.event_type,
+        "schema_version": event.schema_version,
+        "producer": event.producer,
+        "tenant": event.tenant_id,
+        "actor": event.actor,
+        "turn_id": event.turn_id,
+        "decision_id": event.decision_id,
+        "capability_id": event.capability_id,
+        "tool_call_id": event.tool_call_id,
+        "approval_id": event.approval_id,
+        "correlation_id": event.correlation_id,
+        "causation_id": event.causation_id,
+        "occurred_at": _iso(event.occurred_at),
+        "recorded_at": _iso(event.recorded_at),
+        "payload": event.payload,
+        "prev_hash": event.prev_hash,
+    }
+    return sha256(rfc8785.dumps(body)).hexdigest()
+
+
+@dataclass(frozen=True)
+class Ids:
+    """The ids of DESIGN section 1 that an event may carry besides its run."""
+
+    turn_id: str = ""
+    decision_id: str = ""
+    capability_id: str = ""
+    tool_call_id: str = ""
+    approval_id: str = ""
+    causation_id: str = ""
+
+
+def append(
+    *,
+    run: Run,
+    event_type: str,
+    payload: dict[str, Any],
+    producer: str,
+    actor: str = "",
+    ids: Ids = Ids(),
+    occurred_at: datetime | None = None,
+) -> Event:
+    """Append one event to the run's log, inside the caller's transaction."""
+    if not connection.in_atomic_block:
+        raise RuntimeError("events are appended inside the transaction of their state change")
+    version = latest_version(event_type)
+    validate(event_type, version, payload)
+    # The run row lock orders concurrent appends; the (run, seq) unique constraint is the
+    # backstop if anything ever appends without it.
+    Run.objects.select_for_update().filter(pk=run.pk).values_list("pk", flat=True).get()
+    last = Event.objects.filter(run_id=run.pk).order_by("-seq").values("seq", "hash").first()
+    now = timezone.now()
+    event = Event(
+        run_id=run.pk,
+        seq=(last["seq"] + 1) if last else 1,
+        event_type=event_type,
+        schema_version=version,
+        producer=producer,
+        tenant_id=run.tenant_id,
+        actor=actor,
+        turn_id=ids.turn_id,
+        decision_id=ids.decision_id,
+        capability_id=ids.capability_id,
+        tool_call_id=ids.tool_call_id,
+        approval_id=ids.approval_id,
+        correlation_id=run.correlation_id,
+        causation_id=ids.causation_id,
+        occurred_at=occurred_at or now,
+        recorded_at=now,
+        # A JSON round trip now gives the hash the same payload that the database returns.
+        payload=rfc8785_roundtrip(payload),
+        prev_hash=last["hash"] if last else GENESIS_HASH,
+    )
+    event.hash = compute_hash(event)
+    event.save(force_insert=True)
+    return event
+
+
+def rfc8785_roundtrip(payload: dict[str, Any]) -> dict[str, Any]:
+    return json.loads(rfc8785.dumps(payload))
+
+
+def verify_chain(events: list[Event] | Any) -> list[str]:
+    """Check each event's hash and its link to the previous one; events ordered by run, seq."""
+    problems: list[str] = []
+    previous: dict[str, tuple[int, str]] = {}
+    for event in events:
+        expected_seq, expected_prev = previous.get(event.run_id, (0, GENESIS_HASH))
+        where = f"{event.run_id}#{event.seq} ({event.id})"
+        if event.seq != expected_seq + 1:
+            problems.append(f"{where}: sequence gap, expected #{expected_seq + 1}")
+        if event.prev_hash != expected_prev:
+            problems.append(f"{where}: prev_hash does not match the previous event's hash")
+        if compute_hash(event) != event.hash:
+            problems.append(f"{where}: content does not match its hash (changed after writing)")
+        previous[event.run_id] = (event.seq, event.hash)
+    return problems

@@ -1,0 +1,211 @@
+"""Tenants, people, API keys, runs, decisions and the append-only event log."""
+
+from __future__ import annotations
+
+from functools import partial
+
+from django.contrib.auth.models import AbstractUser
+from django.db import models
+from django_fsm import FSMField, FSMModelMixin, transition
+
+from runs.ids import new_id
+
+
+class Tenant(models.Model):
+    slug = models.SlugField(max_length=50, unique=True)
+    name = models.CharField(max_length=200)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.slug
+
+
+class User(AbstractUser):
+    """A person. Console users belong to one tenant with one role; a superuser may have none."""
+
+    class Role(models.TextChoices):
+        VIEWER = "viewer", "Viewer"
+        APPROVER = "approver", "Approver"
+        ADMIN = "admin", "Admin"
+
+    tenant = models.ForeignKey(
+        Tenant, null=True, blank=True, on_delete=models.PROTECT, related_name="users"
+    )
+    role = models.CharField(max_length=20, choices=Role.choices, default=Role.VIEWER)
+
+    @property
+    def can_decide(self) -> bool:
+        return self.role in (self.Role.APPROVER, self.Role.ADMIN)
+
+    @property
+    def is_tenant_admin(self) -> bool:
+        return self.role == self.Role.ADMIN
+
+
+class ApiKey(models.Model):
+    """An agent's credential. Only a hash of the secret is stored; the key is shown once."""
+
+    id = models.CharField(
+        primary_key=True, max_length=40, default=partial(new_id, "key"), editable=False
+    )
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="api_keys")
+    name = models.CharField(max_length=200)
+    # The person on whose behalf the agent acts: never allowed to approve its own requests.
+    principal = models.ForeignKey(
+        User, null=True, blank=True, on_delete=models.SET_NULL, related_name="api_keys"
+    )
+    secret_hash = models.CharField(max_length=64, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.id} ({self.name})"
+
+    @property
+    def is_active(self) -> bool:
+        return self.revoked_at is None
+
+
+class Run(FSMModelMixin, models.Model):
+    """One agent task. Its state changes only through transitions that services log as events."""
+
+    class State(models.TextChoices):
+        ACTIVE = "active"
+        WAITING = "waiting"
+        COMPLETED = "completed"
+        COMPLETED_WITH_DEGRADATION = "completed_with_degradation"
+        NEEDS_HUMAN = "needs_human"
+        FAILED_PERMANENTLY = "failed_permanently"
+        CANCELLED = "cancelled"
+
+    OPEN_STATES = (State.ACTIVE, State.WAITING, State.NEEDS_HUMAN)
+
+    id = models.CharField(
+        primary_key=True, max_length=40, default=partial(new_id, "run"), editable=False
+    )
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="runs")
+    title = models.CharField(max_length=200)
+    correlation_id = models.CharField(max_length=200, blank=True)
+    metadata = models.JSONField(default=dict, blank=True)
+    state = FSMField(default=State.ACTIVE, choices=State.choices, protected=True)
+    max_tool_calls = models.PositiveIntegerField(default=50)
+    max_attempts = models.PositiveIntegerField(default=200)
+    deadline = models.DateTimeField(null=True, blank=True)
+    # Set by the agent's Idempotency-Key header: a retried POST finds this run again.
+    idempotency_key = models.CharField(max_length=200, blank=True)
+    request_digest = models.CharField(max_length=64, blank=True)
+    api_key = models.ForeignKey(ApiKey, null=True, blank=True, on_delete=models.SET_NULL)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "idempotency_key"],
+                condition=~models.Q(idempotency_key=""),
+                name="run_unique_idempotency_key_per_tenant",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return self.id
+
+    @property
+    def is_open(self) -> bool:
+        return self.state in self.OPEN_STATES
+
+    @transition(field=state, source=State.ACTIVE, target=State.WAITING)
+    def wait(self) -> None:
+        """Nothing can move until an approval or an external answer arrives."""
+
+    @transition(field=state, source=[State.WAITING, State.NEEDS_HUMAN], target=State.ACTIVE)
+    def resume(self) -> None:
+        pass
+
+    @transition(field=state, source=[State.ACTIVE, State.WAITING], target=State.COMPLETED)
+    def complete(self) -> None:
+        pass
+
+    @transition(
+        field=state,
+        source=[State.ACTIVE, State.WAITING],
+        target=State.COMPLETED_WITH_DEGRADATION,
+    )
+    def complete_with_degradation(self) -> None:
+        pass
+
+    @transition(field=state, source=[State.ACTIVE, State.WAITING], target=State.NEEDS_HUMAN)
+    def hand_to_human(self) -> None:
+        pass
+
+    @transition(field=state, source=OPEN_STATES, target=State.FAILED_PERMANENTLY)
+    def fail_permanently(self) -> None:
+        pass
+
+    @transition(field=state, source=OPEN_STATES, target=State.CANCELLED)
+    def cancel(self) -> None:
+        pass
+
+
+class Decision(models.Model):
+    """A business judgment the agent formed (not a fact about the world). Never edited:
+    a new version supersedes the old one."""
+
+    id = models.CharField(
+        primary_key=True, max_length=40, default=partial(new_id, "dec"), editable=False
+    )
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="decisions")
+    kind = models.CharField(max_length=100)
+    content = models.JSONField()
+    version = models.PositiveIntegerField(default=1)
+    supersedes = models.OneToOneField(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="superseded_by"
+    )
+    turn_id = models.CharField(max_length=100, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"{self.id} {self.kind} v{self.version}"
+
+
+class Event(models.Model):
+    """One typed runtime fact. Append-only: PostgreSQL refuses UPDATE, DELETE and TRUNCATE
+    (migration 0002). Each event carries the hash of the run's previous event."""
+
+    id = models.CharField(
+        primary_key=True, max_length=40, default=partial(new_id, "evt"), editable=False
+    )
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="events")
+    seq = models.PositiveIntegerField()
+    event_type = models.CharField(max_length=100)
+    schema_version = models.PositiveSmallIntegerField()
+    producer = models.CharField(max_length=100)
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="events")
+    # Who caused it: "user:<username>", "api_key:<id>" or "system:<component>".
+    actor = models.CharField(max_length=200, blank=True)
+    turn_id = models.CharField(max_length=100, blank=True)
+    decision_id = models.CharField(max_length=40, blank=True, db_index=True)
+    capability_id = models.CharField(max_length=100, blank=True)
+    tool_call_id = models.CharField(max_length=40, blank=True, db_index=True)
+    approval_id = models.CharField(max_length=40, blank=True, db_index=True)
+    correlation_id = models.CharField(max_length=200, blank=True, db_index=True)
+    causation_id = models.CharField(max_length=40, blank=True)
+    occurred_at = models.DateTimeField()
+    recorded_at = models.DateTimeField()
+    payload = models.JSONField()
+    prev_hash = models.CharField(max_length=64)
+    hash = models.CharField(max_length=64, unique=True)
+
+    class Meta:
+        ordering = ["run_id", "seq"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "seq"], name="event_unique_seq_per_run")
+        ]
+        indexes = [models.Index(fields=["tenant", "recorded_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}#{self.seq} {self.event_type}"

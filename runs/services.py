@@ -1,0 +1,235 @@
+"""Writes that change runs, decisions, tenants, people and keys.
+
+Each state change locks its row, makes the change, appends its event and saves in one
+transaction; nothing here sets a state field by hand.
+"""
+
+from __future__ import annotations
+
+import secrets
+from datetime import UTC, datetime
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django_fsm import can_proceed
+
+from runs import events
+from runs.canonical import digest
+from runs.errors import DomainError, not_found
+from runs.event_types import RUN_TRANSITION_EVENTS
+from runs.models import ApiKey, Decision, Run, Tenant, User
+from runs.selectors import hash_secret
+
+
+def actor_for_user(user: User) -> str:
+    return f"user:{user.username}"
+
+
+def actor_for_key(api_key: ApiKey) -> str:
+    return f"api_key:{api_key.pk}"
+
+
+# --- tenants, people, keys ------------------------------------------------------------------
+
+
+def tenant_create(*, slug: str, name: str) -> Tenant:
+    if Tenant.objects.filter(slug=slug).exists():
+        raise DomainError("tenant.exists", f"Tenant {slug!r} exists already.")
+    return Tenant.objects.create(slug=slug, name=name)
+
+
+def user_create(
+    *, username: str, tenant: Tenant, role: str, password: str, email: str = ""
+) -> User:
+    if role not in User.Role.values:
+        raise DomainError(
+            "user.invalid_role", f"Role must be one of {', '.join(User.Role.values)}."
+        )
+    if User.objects.filter(username=username).exists():
+        raise DomainError("user.exists", f"User {username!r} exists already.")
+    return User.objects.create_user(
+        username=username, password=password, email=email, tenant=tenant, role=role
+    )
+
+
+def api_key_issue(
+    *, tenant: Tenant, name: str, principal: User | None = None
+) -> tuple[ApiKey, str]:
+    """Create a key and return it with its token, which is never shown again."""
+    secret = secrets.token_urlsafe(32)
+    key = ApiKey.objects.create(
+        tenant=tenant, name=name, principal=principal, secret_hash=hash_secret(secret)
+    )
+    return key, f"{key.pk}.{secret}"
+
+
+def api_key_revoke(*, api_key: ApiKey) -> ApiKey:
+    if api_key.revoked_at is None:
+        api_key.revoked_at = datetime.now(UTC)
+        api_key.save(update_fields=["revoked_at"])
+    return api_key
+
+
+# --- runs -----------------------------------------------------------------------------------
+
+
+def _lock_run(*, tenant: Tenant, run_id: str) -> Run:
+    run = Run.objects.select_for_update().filter(tenant=tenant, pk=run_id).first()
+    if run is None:
+        raise not_found("run", run_id)
+    return run
+
+
+def run_start(
+    *,
+    tenant: Tenant,
+    title: str,
+    actor: str,
+    correlation_id: str = "",
+    max_tool_calls: int = 50,
+    max_attempts: int = 200,
+    deadline: datetime | None = None,
+    metadata: dict[str, Any] | None = None,
+    idempotency_key: str = "",
+    api_key: ApiKey | None = None,
+) -> tuple[Run, bool]:
+    """Start a run; with an idempotency key, a retry returns the first run (created=False)."""
+    deadline = deadline.astimezone(UTC) if deadline else None
+    metadata = metadata or {}
+    request = {
+        "title": title,
+        "correlation_id": correlation_id,
+        "max_tool_calls": max_tool_calls,
+        "max_attempts": max_attempts,
+        "deadline": deadline.isoformat() if deadline else None,
+        "metadata": metadata,
+    }
+    request_digest = digest(request)
+    if idempotency_key:
+        existing = Run.objects.filter(tenant=tenant, idempotency_key=idempotency_key).first()
+        if existing:
+            return _same_request(existing, request_digest), False
+    try:
+        with transaction.atomic():
+            run = Run(
+                tenant=tenant,
+                title=title,
+                metadata=metadata,
+                max_tool_calls=max_tool_calls,
+                max_attempts=max_attempts,
+                deadline=deadline,
+                idempotency_key=idempotency_key,
+                request_digest=request_digest,
+                api_key=api_key,
+            )
+            # Without one from the agent, the run's own id correlates everything it causes.
+            run.correlation_id = correlation_id or run.pk
+            run.save(force_insert=True)
+            events.append(
+                run=run,
+                event_type="run.started",
+                payload={**request, "correlation_id": run.correlation_id},
+                producer="api",
+                actor=actor,
+            )
+    except IntegrityError:
+        if not idempotency_key:
+            raise
+        # A concurrent request with the same key committed first: answer with its run.
+        existing = Run.objects.get(tenant=tenant, idempotency_key=idempotency_key)
+        return _same_request(existing, request_digest), False
+    return run, True
+
+
+def _same_request(run: Run, request_digest: str) -> Run:
+    if run.request_digest != request_digest:
+        raise DomainError(
+            "idempotency.conflict",
+            f"Idempotency-Key was used for run {run.pk} with a different body; "
+            "use a new key for a new run.",
+        )
+    return run
+
+
+def run_transition(run: Run, action: str, *, actor: str, reason: str = "", producer: str) -> Run:
+    """Apply one Run transition and log it. The caller holds the row lock in a transaction."""
+    before = run.state
+    method = getattr(run, action)
+    if not can_proceed(method):
+        raise DomainError(
+            "run.invalid_state", f"Run {run.pk} is {before}; it cannot {action.replace('_', ' ')}."
+        )
+    method()
+    run.save(update_fields=["state", "updated_at"])
+    events.append(
+        run=run,
+        event_type=RUN_TRANSITION_EVENTS[action],
+        payload={"from": before, "to": run.state, "reason": reason},
+        producer=producer,
+        actor=actor,
+    )
+    return run
+
+
+@transaction.atomic
+def run_stop(*, tenant: Tenant, run_id: str, actor: str, reason: str = "") -> Run:
+    """Cancel a run. Stopping a run that is already cancelled changes nothing."""
+    run = _lock_run(tenant=tenant, run_id=run_id)
+    if run.state == Run.State.CANCELLED:
+        return run
+    return run_transition(run, "cancel", actor=actor, reason=reason, producer="api")
+
+
+@transaction.atomic
+def decision_record(
+    *,
+    tenant: Tenant,
+    run_id: str,
+    kind: str,
+    content: dict[str, Any],
+    actor: str,
+    supersedes_id: str | None = None,
+    turn_id: str = "",
+) -> Decision:
+    run = _lock_run(tenant=tenant, run_id=run_id)
+    if not run.is_open:
+        raise DomainError("run.closed", f"Run {run.pk} is {run.state}; it takes no new decisions.")
+    version = 1
+    supersedes = None
+    if supersedes_id:
+        supersedes = Decision.objects.filter(run=run, pk=supersedes_id).first()
+        if supersedes is None:
+            raise DomainError(
+                "decision.not_found",
+                f"supersedes names {supersedes_id!r}, which is not a decision of this run.",
+                status=422,
+            )
+        if supersedes.kind != kind:
+            raise DomainError(
+                "decision.kind_mismatch",
+                f"Decision {supersedes_id} is of kind {supersedes.kind!r}, not {kind!r}.",
+                status=422,
+            )
+        if Decision.objects.filter(supersedes=supersedes).exists():
+            raise DomainError(
+                "decision.already_superseded",
+                f"Decision {supersedes_id} is superseded already; supersede its latest version.",
+            )
+        version = supersedes.version + 1
+    decision = Decision.objects.create(
+        run=run, kind=kind, content=content, version=version, supersedes=supersedes, turn_id=turn_id
+    )
+    events.append(
+        run=run,
+        event_type="decision.recorded",
+        payload={
+            "kind": kind,
+            "version": version,
+            "content": content,
+            "supersedes": supersedes_id or None,
+        },
+        producer="api",
+        actor=actor,
+        ids=events.Ids(decision_id=decision.pk, turn_id=turn_id),
+    )
+    return decision

@@ -1,0 +1,11 @@
+from __future__ import annotations
+
+from django.urls import path
+
+from runs import views
+
+app_name = "runs"
+urlpatterns = [
+    path("", views.run_list, name="list"),
+    path("<str:run_id>/", views.run_detail, name="detail"),
+]

@@ -1,0 +1,37 @@
+"""Console pages for runs: the tenant's list and one run's timeline."""
+
+from __future__ import annotations
+
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import render
+
+from runs import selectors
+from runs.errors import DomainError
+from runs.permissions import tenant_member_required
+
+
+@tenant_member_required
+def run_list(request: HttpRequest) -> HttpResponse:
+    runs = selectors.run_list(tenant=request.user.tenant)[:200]
+    template = "runs/list.html#run-rows" if request.htmx else "runs/list.html"
+    return render(request, template, {"runs": runs})
+
+
+@tenant_member_required
+def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
+    try:
+        run = selectors.run_get(tenant=request.user.tenant, run_id=run_id)
+    except DomainError as exc:
+        raise Http404(exc.message) from exc
+    context = {
+        "run": run,
+        "events": selectors.run_events(run=run),
+        "decisions": selectors.run_decisions(run=run),
+    }
+    if request.htmx:
+        response = render(request, "runs/detail.html#timeline", context)
+        # 286 tells htmx to stop polling: a closed run's timeline no longer changes.
+        if not run.is_open:
+            response.status_code = 286
+        return response
+    return render(request, "runs/detail.html", context)
