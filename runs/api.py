@@ -129,9 +129,7 @@ def get_run(request: HttpRequest, run_id: str) -> dict[str, Any]:
 
 
 @router.post("/runs/{run_id}/decisions", response={201: DecisionOut, **ERRORS})
-def record_decision(
-    request: HttpRequest, run_id: str, payload: DecisionIn
-) -> Status:
+def record_decision(request: HttpRequest, run_id: str, payload: DecisionIn) -> Status:
     """Record a business judgment (e.g. `refund_eligibility`); tool calls cite its id."""
     decision = services.decision_record(
         tenant=request.auth.tenant,

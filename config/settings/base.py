@@ -158,7 +158,7 @@ DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "countersign@localhost
 COUNTERSIGN_BASE_URL = os.environ.get("COUNTERSIGN_BASE_URL", "http://127.0.0.1:8000")
 
 # --- Celery -------------------------------------------------------------------------------
-CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "memory://")
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "memory://localhost/")
 # True when no broker is configured: the worker and beat run inside the web process.
 EMBEDDED = CELERY_BROKER_URL.startswith("memory://")
 # Results live in the database as events; nothing reads Celery's result backend.
@@ -194,5 +194,6 @@ LOGGING = {
         "django.server": {"level": "WARNING"},
         "celery": {"level": "WARNING"},
         "axes": {"level": "WARNING"},
+        "httpx": {"level": "WARNING"},
     },
 }

@@ -1,0 +1,75 @@
+"""A small Python client for the agent API: the common path is one call each.
+
+    from runs.client import Countersign
+    cs = Countersign("http://127.0.0.1:8000", api_key)
+    run = cs.start_run("Refund order-001", idempotency_key="refund-order-001")
+    cs.record_decision(run["run_id"], "refund_eligibility", {"eligible": True})
+
+It depends on httpx only, so an agent can copy this file without Django.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+
+class CountersignError(Exception):
+    """The API refused a request; `name` is the stable dotted error name."""
+
+    def __init__(self, status: int, name: str, message: str, details: list[Any]) -> None:
+        super().__init__(f"{status} {name}: {message}")
+        self.status = status
+        self.name = name
+        self.message = message
+        self.details = details
+
+
+class Countersign:
+    def __init__(self, base_url: str, api_key: str, timeout: float = 30.0) -> None:
+        self.http = httpx.Client(
+            base_url=base_url.rstrip("/") + "/api/v1",
+            headers={"Authorization": f"Bearer {api_key}"},
+            timeout=timeout,
+        )
+
+    def close(self) -> None:
+        self.http.close()
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+        params: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        response = self.http.request(method, path, json=body, headers=headers, params=params)
+        if response.status_code >= 400:
+            try:
+                error = response.json()["error"]
+            except (ValueError, KeyError):
+                error = {"name": "http.error", "message": response.text[:200], "details": []}
+            raise CountersignError(
+                response.status_code, error["name"], error["message"], error.get("details", [])
+            )
+        return response.json()
+
+    def start_run(
+        self, title: str, *, idempotency_key: str | None = None, **fields: Any
+    ) -> dict[str, Any]:
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
+        return self._call("POST", "/runs", {"title": title, **fields}, headers=headers)
+
+    def get_run(self, run_id: str) -> dict[str, Any]:
+        return self._call("GET", f"/runs/{run_id}")
+
+    def record_decision(
+        self, run_id: str, kind: str, content: dict[str, Any], supersedes: str | None = None
+    ) -> dict[str, Any]:
+        body = {"kind": kind, "content": content, "supersedes": supersedes}
+        return self._call("POST", f"/runs/{run_id}/decisions", body)
+
+    def stop_run(self, run_id: str, reason: str = "") -> dict[str, Any]:
+        return self._call("POST", f"/runs/{run_id}/stop", {"reason": reason})

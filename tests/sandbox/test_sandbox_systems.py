@@ -1,0 +1,158 @@
+"""Warehouse, carrier and mailer behaviour, admin endpoints, persistence across restarts."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from conftest import Sandbox
+
+
+def stock(sandbox: Sandbox, warehouse_id: str) -> dict[str, int]:
+    response = sandbox.get("warehouse", f"/warehouses/{warehouse_id}")
+    assert response.status_code == 200
+    assert response.json()["id"] == warehouse_id
+    result: dict[str, int] = response.json()["stock"]
+    return result
+
+
+def test_reservation_release_is_idempotent_and_restores_stock(sandbox: Sandbox) -> None:
+    body = {"warehouse_id": "wh-acme-1", "sku": "PART-100", "quantity": 5, "order_id": "order-001"}
+    created = sandbox.post("warehouse", "/reservations", body, request_id="res-1")
+    assert created.status_code == 201
+    reservation_id = created.json()["reservation_id"]
+    assert reservation_id.startswith("rsv_")
+    assert created.json()["status"] == "reserved"
+    assert stock(sandbox, "wh-acme-1")["PART-100"] == 45
+
+    first = sandbox.post("warehouse", f"/reservations/{reservation_id}/release", request_id="rel-1")
+    second = sandbox.post(
+        "warehouse", f"/reservations/{reservation_id}/release", request_id="rel-2"
+    )
+    assert first.status_code == second.status_code == 200
+    assert first.json()["status"] == second.json()["status"] == "released"
+    assert first.json() == second.json()
+    assert stock(sandbox, "wh-acme-1")["PART-100"] == 50
+    operations = [effect["operation"] for effect in sandbox.ledger("warehouse")]
+    assert operations == ["reservation.create", "reservation.release"]
+
+    fetched = sandbox.get("warehouse", f"/reservations/{reservation_id}")
+    assert fetched.json()["status"] == "released"
+    looked_up = sandbox.get("warehouse", "/reservations/lookup", {"request_id": "res-1"})
+    assert looked_up.json()["reservation_id"] == reservation_id
+
+
+def test_reservation_errors(sandbox: Sandbox) -> None:
+    base = {"warehouse_id": "wh-acme-1", "sku": "PART-300", "quantity": 2, "order_id": "order-001"}
+    out_of_stock = sandbox.post("warehouse", "/reservations", base)
+    assert out_of_stock.status_code == 409
+    assert out_of_stock.json()["error"] == "out_of_stock"
+    unknown_warehouse = sandbox.post("warehouse", "/reservations", {**base, "warehouse_id": "x"})
+    unknown_sku = sandbox.post("warehouse", "/reservations", {**base, "sku": "PART-999"})
+    assert (unknown_warehouse.status_code, unknown_sku.status_code) == (404, 404)
+    assert sandbox.post("warehouse", "/reservations", {**base, "quantity": 1}).status_code == 201
+    assert stock(sandbox, "wh-acme-1")["PART-300"] == 0
+    assert len(sandbox.ledger()) == 1
+
+
+def test_carrier_ignores_idempotency_key(sandbox: Sandbox) -> None:
+    body = {"order_id": "order-001", "address_id": "addr-001"}
+    first = sandbox.post("carrier", "/waybills", body, request_id="wb-req", key="same-key")
+    second = sandbox.post("carrier", "/waybills", body, request_id="wb-req", key="same-key")
+    assert first.status_code == second.status_code == 201
+    assert "Idempotent-Replayed" not in second.headers
+    assert first.json()["waybill_id"] != second.json()["waybill_id"]
+    assert first.json()["waybill_id"].startswith("wb_")
+    assert [e["operation"] for e in sandbox.ledger("carrier")] == ["waybill.create"] * 2
+    # With duplicates, the look-up answers the earliest one.
+    looked_up = sandbox.get("carrier", "/waybills/lookup", {"request_id": "wb-req"})
+    assert looked_up.json()["waybill_id"] == first.json()["waybill_id"]
+
+
+def test_carrier_address_validation_and_cancel(sandbox: Sandbox) -> None:
+    bad = sandbox.post(
+        "carrier", "/waybills", {"order_id": "order-001", "address_id": "addr-bad-001"}
+    )
+    assert bad.status_code == 422
+    assert bad.json()["error"] == "address_invalid"
+    unknown = sandbox.post(
+        "carrier", "/waybills", {"order_id": "order-001", "address_id": "addr-x"}
+    )
+    assert unknown.status_code == 404
+    created = sandbox.post(
+        "carrier", "/waybills", {"order_id": "order-001", "address_id": "addr-002"}
+    )
+    waybill_id = created.json()["waybill_id"]
+    for request_id in ("c1", "c2"):
+        cancelled = sandbox.post("carrier", f"/waybills/{waybill_id}/cancel", request_id=request_id)
+        assert cancelled.status_code == 200
+        assert cancelled.json()["status"] == "cancelled"
+    operations = [e["operation"] for e in sandbox.ledger("carrier")]
+    assert operations == ["waybill.create", "waybill.cancel"]
+
+
+def test_lookup_lag(sandbox: Sandbox) -> None:
+    sandbox.set_faults(system="carrier", lookup_lag_seconds=1)
+    created = sandbox.post(
+        "carrier",
+        "/waybills",
+        {"order_id": "order-001", "address_id": "addr-001"},
+        request_id="lag-1",
+    )
+    assert created.status_code == 201
+    early = sandbox.get("carrier", "/waybills/lookup", {"request_id": "lag-1"})
+    assert early.status_code == 404
+    assert early.json()["error"] == "not_found"
+    # Fetching by id is not subject to the lag; only look-ups are eventually consistent.
+    assert sandbox.get("carrier", f"/waybills/{created.json()['waybill_id']}").status_code == 200
+    time.sleep(1.1)
+    late = sandbox.get("carrier", "/waybills/lookup", {"request_id": "lag-1"})
+    assert late.status_code == 200
+    assert late.json() == created.json()
+
+
+def test_mailer_send_replay_and_lookup(sandbox: Sandbox) -> None:
+    email = {"to": "customer-001@example.com", "subject": "Refund", "body": "Done."}
+    first = sandbox.post("mailer", "/emails", email, request_id="m1", key="mk")
+    replay = sandbox.post("mailer", "/emails", email, request_id="m1", key="mk")
+    assert first.status_code == replay.status_code == 202
+    assert first.json()["message_id"].startswith("msg_")
+    assert first.json()["status"] == "sent"
+    assert replay.json() == first.json()
+    assert replay.headers["Idempotent-Replayed"] == "true"
+    looked_up = sandbox.get("mailer", "/emails/lookup", {"idempotency_key": "mk"})
+    assert looked_up.json()["message_id"] == first.json()["message_id"]
+    assert [e["operation"] for e in sandbox.ledger()] == ["email.send"]
+
+
+def test_restart_keeps_state(sandbox: Sandbox) -> None:
+    body = {"order_id": "order-002", "amount_cents": 5000, "currency": "USD"}
+    created = sandbox.post("payments", "/refunds", body, request_id="persist", key="pk")
+    assert created.status_code == 201
+    sandbox.set_faults(system="payments", http_5xx=1.0)
+
+    assert sandbox.stop() == 0
+    sandbox.start()
+
+    assert [e["resource_id"] for e in sandbox.ledger()] == [created.json()["refund_id"]]
+    assert sandbox.order("order-002")["refunded_cents"] == 5000
+    # Faults live in memory only, and the idempotency record survived the restart.
+    replay = sandbox.post("payments", "/refunds", body, request_id="persist", key="pk")
+    assert replay.status_code == 201
+    assert replay.headers["Idempotent-Replayed"] == "true"
+    assert replay.json() == created.json()
+
+
+def test_reset_reseeds_and_clears(sandbox: Sandbox) -> None:
+    body = {"order_id": "order-003", "amount_cents": 100, "currency": "USD"}
+    assert sandbox.post("payments", "/refunds", body, key="rk").status_code == 201
+    sandbox.set_faults(system="*", http_5xx=0.5)
+    assert sandbox.client.post("/reset").json() == {"ok": True}
+    assert sandbox.ledger() == []
+    assert sandbox.order("order-003")["refunded_cents"] == 0
+    faults = sandbox.client.get("/faults").json()
+    assert all(state["faults"] == {} for state in faults.values())
+    again = sandbox.post("payments", "/refunds", body, key="rk")
+    assert "Idempotent-Replayed" not in again.headers
+    assert sandbox.ledger()[0]["seq"] == 1
