@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from datetime import UTC, date, datetime
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -54,6 +55,64 @@ def test_reservation_errors(sandbox: Sandbox) -> None:
     assert sandbox.post("warehouse", "/reservations", {**base, "quantity": 1}).status_code == 201
     assert stock(sandbox, "wh-acme-1")["PART-300"] == 0
     assert len(sandbox.ledger()) == 1
+
+
+def still_valid_on(expires_on: str) -> bool:
+    # The seed's dates are fixed; in_warranty is judged against today's UTC date.
+    return datetime.now(UTC).date() <= date.fromisoformat(expires_on)
+
+
+def test_warranty_valid(sandbox: Sandbox) -> None:
+    response = sandbox.get("warehouse", "/warranty/order-002")
+    assert response.status_code == 200
+    assert response.json() == {
+        "order_id": "order-002",
+        "tenant": "acme",
+        "sku": "PART-200",
+        "warranty_expires_on": "2036-06-30",
+        "in_warranty": still_valid_on("2036-06-30"),
+    }
+    globex = sandbox.get("warehouse", "/warranty/order-016").json()
+    assert (globex["tenant"], globex["sku"]) == ("globex", "PART-100")
+
+
+def test_warranty_expired(sandbox: Sandbox) -> None:
+    response = sandbox.get("warehouse", "/warranty/order-007")
+    assert response.status_code == 200
+    warranty = response.json()
+    assert warranty["order_id"] == "order-007"
+    assert warranty["sku"] == "PART-100"
+    assert warranty["warranty_expires_on"].startswith("2024-")
+    assert warranty["in_warranty"] is False
+
+
+def test_warranty_unknown_order(sandbox: Sandbox) -> None:
+    response = sandbox.get("warehouse", "/warranty/order-999")
+    assert response.status_code == 404
+    assert response.json()["error"] == "order_not_found"
+
+
+def test_warranty_requires_warehouse_token(sandbox: Sandbox) -> None:
+    missing = sandbox.client.get("/warehouse/warranty/order-001")
+    wrong = sandbox.get("warehouse", "/warranty/order-001", token="dev-payments-key")
+    assert missing.status_code == wrong.status_code == 401
+    assert missing.json()["error"] == wrong.json()["error"] == "auth_failed"
+
+
+def test_warranties_in_seed_data(sandbox: Sandbox) -> None:
+    warranties = {w["order_id"]: w for w in sandbox.client.get("/data").json()["warranties"]}
+    assert sorted(warranties) == [f"order-{n:03d}" for n in range(1, 21)]
+    skus = ("PART-100", "PART-200", "PART-300")
+    assert all(warranties[f"order-{n:03d}"]["sku"] == skus[(n - 1) % 3] for n in range(1, 21))
+    expired = sorted(o for o, w in warranties.items() if w["warranty_expires_on"] < "2025")
+    assert expired == ["order-007", "order-013"]
+    assert not any(warranties[o]["in_warranty"] for o in expired)
+    assert all(
+        w["in_warranty"] == still_valid_on(w["warranty_expires_on"]) for w in warranties.values()
+    )
+    assert warranties["order-020"]["tenant"] == "globex"
+    # Same view as the warehouse endpoint.
+    assert warranties["order-013"] == sandbox.get("warehouse", "/warranty/order-013").json()
 
 
 def test_carrier_ignores_idempotency_key(sandbox: Sandbox) -> None:

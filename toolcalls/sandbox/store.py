@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +68,12 @@ CREATE TABLE reservations (
 );
 CREATE INDEX reservations_request ON reservations(request_id);
 CREATE INDEX reservations_key ON reservations(idempotency_key);
+-- One purchased part per order (in_warranty is derived from expires_on at request time).
+CREATE TABLE warranties (
+    order_id TEXT PRIMARY KEY,
+    sku TEXT NOT NULL,
+    expires_on TEXT NOT NULL
+);
 
 CREATE TABLE addresses (
     id TEXT PRIMARY KEY,
@@ -138,6 +144,7 @@ TABLES = (
     "warehouses",
     "stock",
     "reservations",
+    "warranties",
     "addresses",
     "waybills",
     "emails",
@@ -147,7 +154,7 @@ TABLES = (
 )
 
 # Bumped whenever SCHEMA changes incompatibly; an older file is then re-created and re-seeded.
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"
 
 SKUS = ("PART-100", "PART-200", "PART-300")
 
@@ -176,6 +183,17 @@ def seed_captured_cents(n: int) -> int:
     return 5_000 + (n * 7_919 % 1_951) * 100
 
 
+# Fixed dates, never relative to "now", so the seed is identical on every start; whether a
+# warranty is still valid is decided against the current date when it is read.
+WARRANTY_VALID_UNTIL = "2036-06-30"
+WARRANTY_EXPIRED = {7: "2024-03-31", 13: "2024-11-30"}
+
+
+def seed_warranty(n: int) -> tuple[str, str]:
+    """(sku, expires_on) of order-NNN's purchased part: SKUs cycle PART-100, PART-200, PART-300."""
+    return SKUS[(n - 1) % len(SKUS)], WARRANTY_EXPIRED.get(n, WARRANTY_VALID_UNTIL)
+
+
 def _seed(conn: sqlite3.Connection) -> None:
     for n in range(1, 21):
         conn.execute(
@@ -186,6 +204,9 @@ def _seed(conn: sqlite3.Connection) -> None:
                 f"customer-{n:03d}@example.com",
                 seed_captured_cents(n),
             ),
+        )
+        conn.execute(
+            "INSERT INTO warranties VALUES (?, ?, ?)", (f"order-{n:03d}", *seed_warranty(n))
         )
     for warehouse_id, tenant in (
         ("wh-acme-1", "acme"),
@@ -343,7 +364,7 @@ class Store:
     # -- seed-data view ----------------------------------------------------------------------
 
     def snapshot(self) -> dict[str, Any]:
-        """Everything GET /data shows: orders, warehouses with stock, addresses with validity."""
+        """Everything GET /data shows: orders, warehouses with stock, addresses, warranties."""
         with self.read() as conn:
             orders = [dict(r) for r in conn.execute("SELECT * FROM orders ORDER BY id")]
             warehouses = [dict(r) for r in conn.execute("SELECT * FROM warehouses ORDER BY id")]
@@ -351,12 +372,39 @@ class Store:
             addresses = [
                 address_view(r) for r in conn.execute("SELECT * FROM addresses ORDER BY id")
             ]
+            warranties = [
+                warranty_view(r) for r in conn.execute(f"{WARRANTY_SELECT} ORDER BY w.order_id")
+            ]
         for warehouse in warehouses:
             warehouse["stock"] = {
                 r["sku"]: r["available"] for r in stock if r["warehouse_id"] == warehouse["id"]
             }
-        return {"orders": orders, "warehouses": warehouses, "addresses": addresses}
+        return {
+            "orders": orders,
+            "warehouses": warehouses,
+            "addresses": addresses,
+            "warranties": warranties,
+        }
 
 
 def address_view(row: sqlite3.Row) -> dict[str, Any]:
     return {**dict(row), "valid": bool(row["valid"])}
+
+
+# The tenant is the order's; warranties carry no tenant of their own.
+WARRANTY_SELECT = (
+    "SELECT w.order_id, o.tenant, w.sku, w.expires_on"
+    " FROM warranties w JOIN orders o ON o.id = w.order_id"
+)
+
+
+def warranty_view(row: sqlite3.Row, today: date | None = None) -> dict[str, Any]:
+    """The warranty as the API shows it; valid through its expiry day (UTC date)."""
+    today = today or datetime.now(UTC).date()
+    return {
+        "order_id": row["order_id"],
+        "tenant": row["tenant"],
+        "sku": row["sku"],
+        "warranty_expires_on": row["expires_on"],
+        "in_warranty": today <= date.fromisoformat(row["expires_on"]),
+    }

@@ -23,7 +23,7 @@ from .protocol import (
     require_positive_int,
     require_str,
 )
-from .store import Store, address_view, new_id, utc_now
+from .store import WARRANTY_SELECT, Store, address_view, new_id, utc_now, warranty_view
 
 # Development bearer tokens, one per system; a token of one system is rejected by the others.
 TOKENS = {
@@ -308,6 +308,14 @@ def get_reservation(conn: sqlite3.Connection, call: Call) -> Reply:
     )
 
 
+def get_warranty(conn: sqlite3.Connection, call: Call) -> Reply:
+    order_id = call.path_params["order_id"]
+    row = conn.execute(f"{WARRANTY_SELECT} WHERE w.order_id = ?", (order_id,)).fetchone()
+    if row is None:
+        raise ApiError(404, "order_not_found", f"{order_id!r} does not exist")
+    return Reply(200, warranty_view(row))
+
+
 # -- carrier -------------------------------------------------------------------------------------
 
 
@@ -437,6 +445,7 @@ ROUTES: dict[str, tuple[Route, ...]] = {
         _route("GET", "/reservations/lookup", lookup_reservation),
         _route("POST", "/reservations/{reservation_id}/release", release_reservation),
         _route("GET", "/reservations/{reservation_id}", get_reservation),
+        _route("GET", "/warranty/{order_id}", get_warranty),
     ),
     "carrier": (
         _route("POST", "/waybills", create_waybill),
