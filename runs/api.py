@@ -11,6 +11,7 @@ from pydantic import ConfigDict
 
 from runs import selectors, services
 from runs.models import Decision, Run
+from toolcalls import services as toolcalls_services
 
 router = Router(tags=["runs"])
 
@@ -61,6 +62,15 @@ class DecisionOut(Schema):
 
 class StopIn(StrictSchema):
     reason: str = Field("", max_length=2000)
+
+
+class InFlightOut(Schema):
+    tool_call_id: str
+    execution_status: str
+
+
+class StopOut(RunOut):
+    in_flight: list[InFlightOut]
 
 
 class ErrorBody(Schema):
@@ -143,13 +153,19 @@ def record_decision(request: HttpRequest, run_id: str, payload: DecisionIn) -> S
     return Status(201, decision_out(decision))
 
 
-@router.post("/runs/{run_id}/stop", response={200: RunOut, **ERRORS})
+@router.post("/runs/{run_id}/stop", response={200: StopOut, **ERRORS})
 def stop_run(request: HttpRequest, run_id: str, payload: StopIn | None = None) -> dict[str, Any]:
-    """Cancel the run. Stopping a cancelled run again answers the same."""
-    run = services.run_stop(
+    """Cancel the run and its calls not yet dispatched; `in_flight` lists the calls whose
+    outcome is still coming. Stopping a cancelled run again answers the same."""
+    run, in_flight = toolcalls_services.run_stop(
         tenant=request.auth.tenant,
         run_id=run_id,
         reason=payload.reason if payload else "",
         actor=services.actor_for_key(request.auth),
     )
-    return run_out(run)
+    return {
+        **run_out(run),
+        "in_flight": [
+            {"tool_call_id": c.pk, "execution_status": c.execution_status} for c in in_flight
+        ],
+    }

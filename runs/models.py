@@ -209,3 +209,34 @@ class Event(models.Model):
 
     def __str__(self) -> str:
         return f"{self.run_id}#{self.seq} {self.event_type}"
+
+
+class OutboxMessage(models.Model):
+    """A Celery message written in the transaction of the state change that calls for it.
+
+    It is published after commit; the task marks it done in its own first transaction. The
+    beat sweeper republishes messages left undone (a lost publish, a broker restart), and
+    every task is idempotent, so a message published twice does its work once.
+    """
+
+    id = models.CharField(
+        primary_key=True, max_length=40, default=partial(new_id, "obx"), editable=False
+    )
+    task = models.CharField(max_length=200)
+    args = models.JSONField(default=list)
+    available_at = models.DateTimeField()
+    created_at = models.DateTimeField(auto_now_add=True)
+    done_at = models.DateTimeField(null=True, blank=True)
+    published_count = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        indexes = [
+            models.Index(
+                fields=["available_at"],
+                condition=models.Q(done_at__isnull=True),
+                name="outbox_pending_idx",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.id} {self.task}{self.args}"

@@ -172,15 +172,6 @@ def run_transition(run: Run, action: str, *, actor: str, reason: str = "", produ
 
 
 @transaction.atomic
-def run_stop(*, tenant: Tenant, run_id: str, actor: str, reason: str = "") -> Run:
-    """Cancel a run. Stopping a run that is already cancelled changes nothing."""
-    run = _lock_run(tenant=tenant, run_id=run_id)
-    if run.state == Run.State.CANCELLED:
-        return run
-    return run_transition(run, "cancel", actor=actor, reason=reason, producer="api")
-
-
-@transaction.atomic
 def decision_record(
     *,
     tenant: Tenant,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -11,6 +12,7 @@ from django.test import Client
 
 from runs.models import ApiKey, Tenant, User
 from runs.services import api_key_issue
+from tests.sandbox_process import Sandbox
 
 PASSWORD = "correct-horse-battery"
 
@@ -88,3 +90,20 @@ def api(api_key: tuple[ApiKey, str]) -> ApiClient:
 @pytest.fixture
 def other_api(other_tenant: Tenant) -> ApiClient:
     return ApiClient(api_key_issue(tenant=other_tenant, name="other agent")[1])
+
+
+@pytest.fixture(scope="session")
+def sandbox_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
+    sandbox = Sandbox(tmp_path_factory.mktemp("sandbox")).start()
+    yield sandbox
+    sandbox.stop()
+
+
+@pytest.fixture
+def sandbox(sandbox_process: Sandbox, settings: Any) -> Sandbox:
+    """The simulated external systems, freshly seeded, with no faults, wired into settings."""
+    if sandbox_process.process.poll() is not None:
+        sandbox_process.start()  # a test restarted or killed it
+    sandbox_process.reset()
+    settings.SANDBOX_URL = sandbox_process.url
+    return sandbox_process

@@ -8,6 +8,7 @@ from django.test import Client
 from runs import services
 from runs.models import Run, Tenant, User
 from tests.conftest import PASSWORD
+from toolcalls.services import run_stop
 
 
 @pytest.fixture
@@ -80,7 +81,7 @@ def test_another_tenants_run_is_not_found(run: Run, other_tenant: Tenant) -> Non
 
 
 def test_a_closed_runs_poll_asks_htmx_to_stop(approver: User, run: Run, tenant: Tenant) -> None:
-    services.run_stop(tenant=tenant, run_id=run.pk, actor="test")
+    run_stop(tenant=tenant, run_id=run.pk, actor="test")
     response = logged_in(approver).get(f"/runs/{run.pk}/", headers={"HX-Request": "true"})
     assert response.status_code == 286
     assert b"Cancelled" in response.content

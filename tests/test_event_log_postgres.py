@@ -10,6 +10,7 @@ from django.db import DatabaseError, IntegrityError, connection, connections, tr
 
 from runs import events, services
 from runs.models import Event, Run, Tenant
+from toolcalls.services import run_stop
 
 
 def start_run(tenant: Tenant, title: str = "refund order-001") -> Run:
@@ -23,7 +24,7 @@ def logged_run(tenant: Tenant) -> Run:
     services.decision_record(
         tenant=tenant, run_id=run.pk, kind="eligibility", content={"ok": True}, actor="test"
     )
-    services.run_stop(tenant=tenant, run_id=run.pk, actor="test", reason="done")
+    run_stop(tenant=tenant, run_id=run.pk, actor="test", reason="done")
     return run
 
 
@@ -41,7 +42,7 @@ def test_the_database_refuses_to_rewrite_events(statement: str) -> None:
     # would fail for another reason (pending foreign-key checks).
     tenant = Tenant.objects.create(slug="acme", name="Acme")
     logged_run = start_run(tenant)
-    services.run_stop(tenant=tenant, run_id=logged_run.pk, actor="test")
+    run_stop(tenant=tenant, run_id=logged_run.pk, actor="test")
     with (
         pytest.raises(DatabaseError, match="append-only"),
         transaction.atomic(),

@@ -6,3 +6,7 @@ from django.apps import AppConfig
 class ToolcallsConfig(AppConfig):
     name = "toolcalls"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        # Registers the event schemas and the projections of tool calls.
+        from toolcalls import event_types, projections  # noqa: F401

@@ -1,1 +1,325 @@
-"""Models of this app come with its issue; the app is installed so migrations line up."""
+"""Tool calls: one proposed side effect each, with two state machines (DESIGN section 4).
+
+`execution_status` is what happened to our command; `verification_status` is what we observed
+of domain reality afterwards. They are separate because a run can end while the outcome is
+still being verified. Both change only through transitions, which services log as events.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+from django.db import models
+from django_fsm import FSMField, FSMModelMixin, transition
+
+from runs.ids import new_id
+from runs.models import Decision, Run, Tenant
+
+
+class Execution(models.TextChoices):
+    PROPOSED = "proposed"
+    AWAITING_APPROVAL = "awaiting_approval"
+    AUTHORIZED = "authorized"
+    DISPATCHING = "dispatching"
+    ACCEPTED = "accepted"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    RESULT_UNKNOWN = "result_unknown"
+    NEEDS_HUMAN = "needs_human"
+    REJECTED = "rejected"
+    EXPIRED = "expired"
+    INVALIDATED = "invalidated"
+    CANCELLED = "cancelled"
+    COMPENSATING = "compensating"
+    COMPENSATED = "compensated"
+
+
+class Verification(models.TextChoices):
+    NOT_OBSERVED = "not_observed"
+    PENDING = "pending"
+    CONFIRMED_SUCCESS = "confirmed_success"
+    CONFIRMED_FAILURE = "confirmed_failure"
+    INCONCLUSIVE = "inconclusive"
+
+
+E = Execution
+V = Verification
+
+
+class ToolCall(FSMModelMixin, models.Model):
+    id = models.CharField(
+        primary_key=True, max_length=40, default=partial(new_id, "tc"), editable=False
+    )
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="tool_calls")
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="tool_calls")
+    capability_id = models.CharField(max_length=100)
+    decision = models.ForeignKey(Decision, null=True, blank=True, on_delete=models.PROTECT)
+    intent = models.CharField(max_length=200)
+    object_ref = models.CharField(max_length=200)
+    # The revision the agent computed the call from; None: no precondition on the object.
+    object_revision = models.PositiveIntegerField(null=True, blank=True)
+    args = models.JSONField()
+    args_digest = models.CharField(max_length=64)
+    # Names one business intent; fixed at proposal and sent with every attempt.
+    idempotency_key = models.CharField(max_length=400)
+    # Our id for the operation at the external system, for look-ups; fixed at proposal too.
+    external_request_id = models.CharField(max_length=40, unique=True)
+    execution_status = FSMField(default=E.PROPOSED, choices=E.choices, protected=True)
+    verification_status = FSMField(default=V.NOT_OBSERVED, choices=V.choices, protected=True)
+    # Incremented by every claim; an outcome is recorded only with the current token.
+    fencing_token = models.PositiveIntegerField(default=0)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    lookups = models.PositiveIntegerField(default=0)
+    verifications = models.PositiveIntegerField(default=0)
+    external_id = models.CharField(max_length=100, blank=True)
+    result = models.JSONField(null=True, blank=True)
+    last_error_name = models.CharField(max_length=100, blank=True)
+    last_error_message = models.TextField(blank=True)
+    compensation_of = models.OneToOneField(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="compensation"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "idempotency_key"], name="toolcall_unique_key_per_tenant"
+            )
+        ]
+        indexes = [
+            models.Index(fields=["execution_status", "lease_expires_at"]),
+            models.Index(fields=["run", "execution_status"]),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.id} {self.capability_id} {self.execution_status}"
+
+    # --- execution ------------------------------------------------------------------------
+
+    @transition(field=execution_status, source=E.PROPOSED, target=E.AWAITING_APPROVAL)
+    def request_approval(self) -> None:
+        pass
+
+    @transition(
+        field=execution_status,
+        # Back to authorized, same key: a retryable error before anything executed, a look-up
+        # that proved the operation absent, or a person who established it did not happen.
+        source=[
+            E.PROPOSED,
+            E.AWAITING_APPROVAL,
+            E.DISPATCHING,
+            E.RESULT_UNKNOWN,
+            E.NEEDS_HUMAN,
+            E.FAILED,
+        ],
+        target=E.AUTHORIZED,
+    )
+    def authorize(self) -> None:
+        pass
+
+    @transition(field=execution_status, source=E.AUTHORIZED, target=E.DISPATCHING)
+    def claim(self) -> None:
+        """Our command may leave from here on: a lost answer is result_unknown."""
+
+    @transition(
+        field=execution_status,
+        source=[E.DISPATCHING, E.RESULT_UNKNOWN, E.NEEDS_HUMAN],
+        target=E.ACCEPTED,
+    )
+    def accept(self) -> None:
+        """The external system acknowledged this exact operation (we hold its receipt)."""
+
+    @transition(field=execution_status, source=E.ACCEPTED, target=E.COMPLETED)
+    def complete(self) -> None:
+        pass
+
+    @transition(
+        field=execution_status,
+        source=[E.AUTHORIZED, E.DISPATCHING, E.ACCEPTED, E.NEEDS_HUMAN],
+        target=E.FAILED,
+    )
+    def fail(self) -> None:
+        pass
+
+    @transition(field=execution_status, source=E.DISPATCHING, target=E.RESULT_UNKNOWN)
+    def mark_unknown(self) -> None:
+        pass
+
+    @transition(
+        field=execution_status, source=[E.RESULT_UNKNOWN, E.DISPATCHING], target=E.NEEDS_HUMAN
+    )
+    def hand_to_human(self) -> None:
+        pass
+
+    @transition(
+        field=execution_status,
+        source=[E.PROPOSED, E.AWAITING_APPROVAL, E.AUTHORIZED],
+        target=E.CANCELLED,
+    )
+    def cancel(self) -> None:
+        pass
+
+    @transition(field=execution_status, source=E.AWAITING_APPROVAL, target=E.REJECTED)
+    def reject(self) -> None:
+        pass
+
+    @transition(field=execution_status, source=E.AWAITING_APPROVAL, target=E.EXPIRED)
+    def expire(self) -> None:
+        pass
+
+    @transition(
+        field=execution_status, source=[E.AWAITING_APPROVAL, E.AUTHORIZED], target=E.INVALIDATED
+    )
+    def invalidate(self) -> None:
+        pass
+
+    @transition(field=execution_status, source=E.COMPLETED, target=E.COMPENSATING)
+    def start_compensation(self) -> None:
+        pass
+
+    @transition(field=execution_status, source=E.COMPENSATING, target=E.COMPENSATED)
+    def finish_compensation(self) -> None:
+        pass
+
+    # --- verification ---------------------------------------------------------------------
+
+    @transition(field=verification_status, source=V.NOT_OBSERVED, target=V.PENDING)
+    def await_verification(self) -> None:
+        pass
+
+    @transition(
+        field=verification_status,
+        source=[V.NOT_OBSERVED, V.PENDING, V.INCONCLUSIVE],
+        target=V.CONFIRMED_SUCCESS,
+    )
+    def confirm_success(self) -> None:
+        pass
+
+    @transition(
+        field=verification_status,
+        source=[V.NOT_OBSERVED, V.PENDING, V.INCONCLUSIVE],
+        target=V.CONFIRMED_FAILURE,
+    )
+    def confirm_failure(self) -> None:
+        pass
+
+    @transition(field=verification_status, source=V.PENDING, target=V.INCONCLUSIVE)
+    def find_inconclusive(self) -> None:
+        pass
+
+
+class Attempt(models.Model):
+    """One claim of a call by a worker: what it sent, under which fencing token, and how it
+    ended."""
+
+    class Classification(models.TextChoices):
+        IN_FLIGHT = "in_flight"
+        CONFIRMED = "confirmed"
+        REJECTED = "rejected"
+        RETRYABLE = "retryable"
+        UNKNOWN = "unknown"
+        STALE = "stale"
+        NOT_SENT = "not_sent"
+
+    id = models.CharField(
+        primary_key=True, max_length=40, default=partial(new_id, "att"), editable=False
+    )
+    tool_call = models.ForeignKey(ToolCall, on_delete=models.PROTECT, related_name="attempts")
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="attempts")
+    number = models.PositiveIntegerField()
+    fencing_token = models.PositiveIntegerField()
+    worker = models.CharField(max_length=200)
+    started_at = models.DateTimeField()
+    ended_at = models.DateTimeField(null=True, blank=True)
+    classification = models.CharField(
+        max_length=20, choices=Classification.choices, default=Classification.IN_FLIGHT
+    )
+    error_name = models.CharField(max_length=100, blank=True)
+    http_status = models.PositiveSmallIntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["tool_call_id", "number"]
+        constraints = [
+            models.UniqueConstraint(fields=["tool_call", "number"], name="attempt_unique_number")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tool_call_id} attempt {self.number} ({self.classification})"
+
+
+class Receipt(models.Model):
+    """What the external system said it did, verbatim."""
+
+    class Status(models.TextChoices):
+        CREATED = "created"
+        ALREADY_EXISTS = "already_exists"
+
+    class Source(models.TextChoices):
+        DISPATCH = "dispatch"
+        LOOKUP = "lookup"
+        PERSON = "person"
+
+    id = models.CharField(
+        primary_key=True, max_length=40, default=partial(new_id, "rcp"), editable=False
+    )
+    tool_call = models.ForeignKey(ToolCall, on_delete=models.PROTECT, related_name="receipts")
+    attempt = models.ForeignKey(Attempt, null=True, blank=True, on_delete=models.PROTECT)
+    external_id = models.CharField(max_length=100)
+    status = models.CharField(max_length=20, choices=Status.choices)
+    source = models.CharField(max_length=20, choices=Source.choices)
+    raw_response = models.JSONField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"{self.external_id} ({self.status}, {self.source})"
+
+
+class ObjectRevision(models.Model):
+    """The revision of a business object as Countersign last knew it. A write that completes
+    moves it on, so a call computed from an older revision fails with precondition.conflict."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT)
+    ref = models.CharField(max_length=200)
+    revision = models.PositiveIntegerField()
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "ref"], name="objectrevision_unique_ref")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.ref}@{self.revision}"
+
+
+class CircuitBreaker(models.Model):
+    """Per tenant and capability: open stops dispatch; after the cool-down one probe passes."""
+
+    class State(models.TextChoices):
+        CLOSED = "closed"
+        OPEN = "open"
+        HALF_OPEN = "half_open"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT)
+    capability_id = models.CharField(max_length=100)
+    state = models.CharField(max_length=20, choices=State.choices, default=State.CLOSED)
+    opened_until = models.DateTimeField(null=True, blank=True)
+    # The tool call holding the half-open probe; nobody else passes while it is set.
+    probe_tool_call_id = models.CharField(max_length=40, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "capability_id"], name="circuitbreaker_unique"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.capability_id} {self.state}"

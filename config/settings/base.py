@@ -7,6 +7,7 @@ CELERY_BROKER_URL for PostgreSQL and Redis; production.py adds the security hard
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 from pathlib import Path
@@ -178,7 +179,6 @@ CELERY_TASK_TIME_LIMIT = 300
 CELERY_TASK_SOFT_TIME_LIMIT = 240
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
-CELERY_BEAT_SCHEDULE: dict = {}
 
 # --- Event log ------------------------------------------------------------------------------
 # Only test settings turn this on: `flush` may then empty the append-only event table.
@@ -196,4 +196,31 @@ LOGGING = {
         "axes": {"level": "WARNING"},
         "httpx": {"level": "WARNING"},
     },
+}
+
+# --- Connectors to external systems -----------------------------------------------------------
+# The simulated external systems (`manage.py sandbox`); tenants without connectors use them.
+SANDBOX_URL = os.environ.get("SANDBOX_URL", "http://127.0.0.1:8700")
+
+
+def _connectors() -> dict:
+    # {"tenant-slug": {"payments": {"base_url": "...", "token": "..."}, ...}}, kept out of the
+    # database and the code: a JSON file named by COUNTERSIGN_CONNECTORS_FILE.
+    path = os.environ.get("COUNTERSIGN_CONNECTORS_FILE")
+    return json.loads(Path(path).read_text()) if path else {}
+
+
+COUNTERSIGN_CONNECTORS = _connectors()
+# Tests shorten the external calls' timeouts with this (seconds); None keeps each
+# capability's own.
+TOOLCALL_TIMEOUT_OVERRIDE: float | None = None
+# How long an open circuit breaker stops a capability before one probe call passes.
+CIRCUIT_OPEN_SECONDS = float(os.environ.get("CIRCUIT_OPEN_SECONDS", "30"))
+# Extra time past a call's own timeout before the sweeper deems its worker gone.
+LEASE_MARGIN_SECONDS = float(os.environ.get("LEASE_MARGIN_SECONDS", "10"))
+# How often beat sweeps: expired leases, outbox messages nobody took.
+SWEEP_INTERVAL_SECONDS = float(os.environ.get("SWEEP_INTERVAL_SECONDS", "10"))
+CELERY_BEAT_SCHEDULE = {
+    "sweep-outbox": {"task": "runs.sweep_outbox", "schedule": SWEEP_INTERVAL_SECONDS},
+    "sweep-leases": {"task": "toolcalls.sweep_leases", "schedule": SWEEP_INTERVAL_SECONDS},
 }

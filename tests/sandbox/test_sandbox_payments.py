@@ -32,7 +32,8 @@ def test_seed_data_is_deterministic(sandbox: Sandbox) -> None:
         "wh-acme-2": "acme",
         "wh-globex-1": "globex",
     }
-    assert warehouses["wh-acme-1"]["stock"] == {"PART-100": 50, "PART-200": 50, "PART-300": 1}
+    # PART-200 in wh-acme-1 is 49: the seeded reservation rsv_seed0001 holds one.
+    assert warehouses["wh-acme-1"]["stock"] == {"PART-100": 50, "PART-200": 49, "PART-300": 1}
     assert warehouses["wh-globex-1"]["stock"]["PART-300"] == 50
 
     addresses = {a["id"]: a for a in data["addresses"]}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, date, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from conftest import Sandbox
@@ -42,6 +42,93 @@ def test_reservation_release_is_idempotent_and_restores_stock(sandbox: Sandbox) 
     assert fetched.json()["status"] == "released"
     looked_up = sandbox.get("warehouse", "/reservations/lookup", {"request_id": "res-1"})
     assert looked_up.json()["reservation_id"] == reservation_id
+
+
+SEED_RESERVATION = {
+    "reservation_id": "rsv_seed0001",
+    "warehouse_id": "wh-acme-1",
+    "sku": "PART-200",
+    "quantity": 1,
+    "order_id": "order-010",
+    "status": "reserved",
+    "request_id": "req_seed0001",
+    "idempotency_key": None,
+    "released_at": None,
+}
+SEED_WAYBILL = {
+    "waybill_id": "wb_seed0001",
+    "order_id": "order-010",
+    "address_id": "addr-001",
+    "reservation_id": "rsv_seed0001",
+    "status": "created",
+    "request_id": "req_seed0002",
+    "cancelled_at": None,
+}
+
+
+def without_created_at(resource: dict[str, Any]) -> dict[str, Any]:
+    assert isinstance(resource["created_at"], str)
+    return {k: v for k, v in resource.items() if k != "created_at"}
+
+
+def test_seeded_reservation_and_waybill_are_readable(sandbox: Sandbox) -> None:
+    by_id = sandbox.get("warehouse", "/reservations/rsv_seed0001")
+    by_lookup = sandbox.get("warehouse", "/reservations/lookup", {"request_id": "req_seed0001"})
+    assert by_id.status_code == by_lookup.status_code == 200
+    assert by_id.json() == by_lookup.json()
+    assert without_created_at(by_id.json()) == SEED_RESERVATION
+
+    waybill = sandbox.get("carrier", "/waybills/wb_seed0001")
+    waybill_lookup = sandbox.get("carrier", "/waybills/lookup", {"request_id": "req_seed0002"})
+    assert waybill.status_code == waybill_lookup.status_code == 200
+    assert waybill.json() == waybill_lookup.json()
+    assert without_created_at(waybill.json()) == SEED_WAYBILL
+
+    data = sandbox.client.get("/data").json()
+    assert data["reservations"] == [by_id.json()]
+    assert data["waybills"] == [waybill.json()]
+    assert stock(sandbox, "wh-acme-1")["PART-200"] == 49
+    # Seed state, not effects.
+    assert sandbox.ledger() == []
+
+
+def test_release_seeded_reservation_restores_stock(sandbox: Sandbox) -> None:
+    released = sandbox.post("warehouse", "/reservations/rsv_seed0001/release", request_id="rel-s")
+    assert released.status_code == 200
+    assert released.json()["status"] == "released"
+    assert released.json()["released_at"] is not None
+    assert stock(sandbox, "wh-acme-1")["PART-200"] == 50
+    [effect] = sandbox.ledger()
+    assert (effect["operation"], effect["resource_id"], effect["request_id"]) == (
+        "reservation.release",
+        "rsv_seed0001",
+        "rel-s",
+    )
+    assert effect["payload"] == released.json()
+    # /data shows the seeded reservation's current state.
+    assert sandbox.client.get("/data").json()["reservations"] == [released.json()]
+
+
+def test_cancel_seeded_waybill(sandbox: Sandbox) -> None:
+    cancelled = sandbox.post("carrier", "/waybills/wb_seed0001/cancel", request_id="can-s")
+    assert cancelled.status_code == 200
+    assert cancelled.json()["status"] == "cancelled"
+    assert [(e["operation"], e["resource_id"]) for e in sandbox.ledger()] == [
+        ("waybill.cancel", "wb_seed0001")
+    ]
+
+
+def test_reset_restores_seeded_objects_with_empty_ledger(sandbox: Sandbox) -> None:
+    sandbox.post("warehouse", "/reservations/rsv_seed0001/release", request_id="rel-s")
+    sandbox.post("carrier", "/waybills/wb_seed0001/cancel", request_id="can-s")
+    assert len(sandbox.ledger()) == 2
+    assert sandbox.client.post("/reset").json() == {"ok": True}
+    assert sandbox.ledger() == []
+    reservation = sandbox.get("warehouse", "/reservations/rsv_seed0001").json()
+    waybill = sandbox.get("carrier", "/waybills/wb_seed0001").json()
+    assert without_created_at(reservation) == SEED_RESERVATION
+    assert without_created_at(waybill) == SEED_WAYBILL
+    assert stock(sandbox, "wh-acme-1")["PART-200"] == 49
 
 
 def test_reservation_errors(sandbox: Sandbox) -> None:

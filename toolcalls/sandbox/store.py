@@ -154,7 +154,7 @@ TABLES = (
 )
 
 # Bumped whenever SCHEMA changes incompatibly; an older file is then re-created and re-seeded.
-SCHEMA_VERSION = "2"
+SCHEMA_VERSION = "3"
 
 SKUS = ("PART-100", "PART-200", "PART-300")
 
@@ -194,6 +194,17 @@ def seed_warranty(n: int) -> tuple[str, str]:
     return SKUS[(n - 1) % len(SKUS)], WARRANTY_EXPIRED.get(n, WARRANTY_VALID_UNTIL)
 
 
+# Pre-existing objects, so API examples ("release rsv_seed0001", "cancel wb_seed0001") refer to
+# real data. They are seed state, not effects: no ledger rows. Fixed timestamp, like the
+# warranty dates, so the seed is identical on every start (and never hidden by look-up lag).
+SEED_CREATED_AT = "2025-01-01T00:00:00.000Z"
+SEED_CREATED_TS = datetime(2025, 1, 1, tzinfo=UTC).timestamp()
+# (id, warehouse_id, sku, quantity, order_id, request_id); status "reserved", no idempotency key.
+SEED_RESERVATIONS = (("rsv_seed0001", "wh-acme-1", "PART-200", 1, "order-010", "req_seed0001"),)
+# (id, order_id, address_id, reservation_id, request_id); status "created".
+SEED_WAYBILLS = (("wb_seed0001", "order-010", "addr-001", "rsv_seed0001", "req_seed0002"),)
+
+
 def _seed(conn: sqlite3.Connection) -> None:
     for n in range(1, 21):
         conn.execute(
@@ -227,6 +238,38 @@ def _seed(conn: sqlite3.Connection) -> None:
         "INSERT INTO addresses VALUES ('addr-bad-001', 'acme', 'Nobody', '1 Nowhere Road',"
         " 'Springfield', '0000X', 'US', 0)"
     )
+    for reservation_id, warehouse_id, sku, quantity, order_id, request_id in SEED_RESERVATIONS:
+        conn.execute(
+            "INSERT INTO reservations VALUES (?, ?, ?, ?, ?, 'reserved', ?, NULL, ?, ?, NULL)",
+            (
+                reservation_id,
+                warehouse_id,
+                sku,
+                quantity,
+                order_id,
+                request_id,
+                SEED_CREATED_AT,
+                SEED_CREATED_TS,
+            ),
+        )
+        # The stock reflects the reservation, exactly as if it had been made through the API.
+        conn.execute(
+            "UPDATE stock SET available = available - ? WHERE warehouse_id = ? AND sku = ?",
+            (quantity, warehouse_id, sku),
+        )
+    for waybill_id, order_id, address_id, reservation_id, request_id in SEED_WAYBILLS:
+        conn.execute(
+            "INSERT INTO waybills VALUES (?, ?, ?, ?, 'created', ?, ?, ?, NULL)",
+            (
+                waybill_id,
+                order_id,
+                address_id,
+                reservation_id,
+                request_id,
+                SEED_CREATED_AT,
+                SEED_CREATED_TS,
+            ),
+        )
     conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", (SCHEMA_VERSION,))
 
 
@@ -364,7 +407,8 @@ class Store:
     # -- seed-data view ----------------------------------------------------------------------
 
     def snapshot(self) -> dict[str, Any]:
-        """Everything GET /data shows: orders, warehouses with stock, addresses, warranties."""
+        """Everything GET /data shows: orders, warehouses with stock, addresses, warranties, and
+        the seeded reservations and waybills in their current state (not API-created ones)."""
         with self.read() as conn:
             orders = [dict(r) for r in conn.execute("SELECT * FROM orders ORDER BY id")]
             warehouses = [dict(r) for r in conn.execute("SELECT * FROM warehouses ORDER BY id")]
@@ -375,6 +419,14 @@ class Store:
             warranties = [
                 warranty_view(r) for r in conn.execute(f"{WARRANTY_SELECT} ORDER BY w.order_id")
             ]
+            reservations = [
+                reservation_view(r)
+                for r in _rows_by_id(conn, "reservations", [s[0] for s in SEED_RESERVATIONS])
+            ]
+            waybills = [
+                waybill_view(r)
+                for r in _rows_by_id(conn, "waybills", [s[0] for s in SEED_WAYBILLS])
+            ]
         for warehouse in warehouses:
             warehouse["stock"] = {
                 r["sku"]: r["available"] for r in stock if r["warehouse_id"] == warehouse["id"]
@@ -384,7 +436,44 @@ class Store:
             "warehouses": warehouses,
             "addresses": addresses,
             "warranties": warranties,
+            "reservations": reservations,
+            "waybills": waybills,
         }
+
+
+def _rows_by_id(conn: sqlite3.Connection, table: str, ids: list[str]) -> list[sqlite3.Row]:
+    placeholders = ", ".join("?" * len(ids))
+    return conn.execute(
+        f"SELECT * FROM {table} WHERE id IN ({placeholders}) ORDER BY id", ids
+    ).fetchall()
+
+
+def reservation_view(row: sqlite3.Row) -> dict[str, Any]:
+    return {
+        "reservation_id": row["id"],
+        "warehouse_id": row["warehouse_id"],
+        "sku": row["sku"],
+        "quantity": row["quantity"],
+        "order_id": row["order_id"],
+        "status": row["status"],
+        "request_id": row["request_id"],
+        "idempotency_key": row["idempotency_key"],
+        "created_at": row["created_at"],
+        "released_at": row["released_at"],
+    }
+
+
+def waybill_view(row: sqlite3.Row) -> dict[str, Any]:
+    return {
+        "waybill_id": row["id"],
+        "order_id": row["order_id"],
+        "address_id": row["address_id"],
+        "reservation_id": row["reservation_id"],
+        "status": row["status"],
+        "request_id": row["request_id"],
+        "created_at": row["created_at"],
+        "cancelled_at": row["cancelled_at"],
+    }
 
 
 def address_view(row: sqlite3.Row) -> dict[str, Any]:

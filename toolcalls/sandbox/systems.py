@@ -23,7 +23,16 @@ from .protocol import (
     require_positive_int,
     require_str,
 )
-from .store import WARRANTY_SELECT, Store, address_view, new_id, utc_now, warranty_view
+from .store import (
+    WARRANTY_SELECT,
+    Store,
+    address_view,
+    new_id,
+    reservation_view,
+    utc_now,
+    warranty_view,
+    waybill_view,
+)
 
 # Development bearer tokens, one per system; a token of one system is rejected by the others.
 TOKENS = {
@@ -203,21 +212,6 @@ def get_order(conn: sqlite3.Connection, call: Call) -> Reply:
 # -- warehouse -----------------------------------------------------------------------------------
 
 
-def reservation_view(row: sqlite3.Row) -> dict[str, Any]:
-    return {
-        "reservation_id": row["id"],
-        "warehouse_id": row["warehouse_id"],
-        "sku": row["sku"],
-        "quantity": row["quantity"],
-        "order_id": row["order_id"],
-        "status": row["status"],
-        "request_id": row["request_id"],
-        "idempotency_key": row["idempotency_key"],
-        "created_at": row["created_at"],
-        "released_at": row["released_at"],
-    }
-
-
 def get_warehouse(conn: sqlite3.Connection, call: Call) -> Reply:
     warehouse = _get(conn, "warehouses", call.path_params["warehouse_id"], "warehouse_not_found")
     stock = conn.execute(
@@ -317,19 +311,6 @@ def get_warranty(conn: sqlite3.Connection, call: Call) -> Reply:
 
 
 # -- carrier -------------------------------------------------------------------------------------
-
-
-def waybill_view(row: sqlite3.Row) -> dict[str, Any]:
-    return {
-        "waybill_id": row["id"],
-        "order_id": row["order_id"],
-        "address_id": row["address_id"],
-        "reservation_id": row["reservation_id"],
-        "status": row["status"],
-        "request_id": row["request_id"],
-        "created_at": row["created_at"],
-        "cancelled_at": row["cancelled_at"],
-    }
 
 
 def create_waybill(conn: sqlite3.Connection, call: Call) -> Reply:

@@ -1,0 +1,290 @@
+"""Dispatch, outcomes, reconciliation and verification against the sandbox over HTTP.
+
+Services run in the test's thread (tests/toolcalls/inline_worker.py) so each fault lands
+between known steps; tests/toolcalls/test_faults_workers.py does the same with real Celery
+worker processes.
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.core.management import call_command
+
+from runs import services as run_services
+from runs.errors import DomainError
+from runs.models import Run, Tenant
+from tests.sandbox_process import Sandbox
+from tests.toolcalls.inline_worker import run_due, run_until
+from toolcalls import services
+from toolcalls.models import Attempt, CircuitBreaker, Receipt, ToolCall
+
+REFUND = {"order_id": "order-002", "amount_cents": 2500, "currency": "USD"}
+WAYBILL = {"order_id": "order-002", "address_id": "addr-002"}
+
+
+@pytest.fixture(autouse=True)
+def short_timeouts(settings) -> None:
+    settings.TOOLCALL_TIMEOUT_OVERRIDE = 1.0
+
+
+@pytest.fixture
+def run(tenant: Tenant) -> Run:
+    run, _ = run_services.run_start(tenant=tenant, title="refund", actor="test")
+    return run
+
+
+def propose(
+    run: Run, capability: str = "refund-order-v2", args: dict = REFUND, intent: str = "intent-1"
+) -> ToolCall:
+    call, _ = services.tool_call_propose(
+        tenant=run.tenant,
+        run_id=run.pk,
+        capability_id=capability,
+        args=args,
+        intent=intent,
+        actor="test",
+    )
+    return call
+
+
+def fresh(call: ToolCall) -> ToolCall:
+    return ToolCall.objects.get(pk=call.pk)
+
+
+def assert_log_matches_state() -> None:
+    call_command("rebuild_projections", "--verify")
+    call_command("verify_event_chain")
+
+
+def test_a_refund_is_accepted_completed_and_verified(run: Run, sandbox: Sandbox) -> None:
+    call = propose(run)
+    run_due()
+    call = fresh(call)
+    assert (call.execution_status, call.verification_status) == ("completed", "confirmed_success")
+    assert call.external_id.startswith("re_")
+    receipt = call.receipts.get()
+    assert (receipt.status, receipt.source) == ("created", "dispatch")
+    effects = sandbox.effects_for(call.external_request_id)
+    assert len(effects) == 1
+    assert effects[0]["idempotency_key"] == call.idempotency_key
+    assert_log_matches_state()
+
+
+def test_a_duplicate_message_does_nothing_twice(run: Run, sandbox: Sandbox) -> None:
+    call = propose(run)
+    services.dispatch(call.pk)
+    services.dispatch(call.pk)  # the same message delivered again
+    assert fresh(call).attempts.count() == 1
+    assert len(sandbox.effects_for(call.external_request_id)) == 1
+
+
+def test_a_definite_rejection_fails_the_call(run: Run, sandbox: Sandbox) -> None:
+    call = propose(
+        run, "create-waybill-v1", {"order_id": "order-002", "address_id": "addr-bad-001"}
+    )
+    run_due()
+    call = fresh(call)
+    assert call.execution_status == "failed"
+    assert call.last_error_name == "tool.rejected"
+    assert "address_invalid" in call.last_error_message
+    assert sandbox.ledger("carrier") == []
+
+
+def test_a_lost_response_is_unknown_then_found_by_look_up(run: Run, sandbox: Sandbox) -> None:
+    sandbox.faults(system="payments", drop_response_after_commit=1.0, times=1)
+    call = propose(run)
+    services.dispatch(call.pk)
+    call = fresh(call)
+    assert call.execution_status == "result_unknown"
+    assert call.last_error_name == "tool.connection_lost"
+    run_until(lambda: fresh(call).verification_status == "confirmed_success")
+    call = fresh(call)
+    assert call.execution_status == "completed"
+    assert call.receipts.get().source == Receipt.Source.LOOKUP
+    assert len(sandbox.effects_for(call.external_request_id)) == 1
+    assert_log_matches_state()
+
+
+def test_a_request_that_never_arrived_is_sent_again_with_the_same_key(
+    run: Run, sandbox: Sandbox
+) -> None:
+    sandbox.faults(system="payments", drop_request_before_commit=1.0, times=1)
+    call = propose(run)
+    services.dispatch(call.pk)
+    assert fresh(call).execution_status == "result_unknown"
+    run_until(lambda: fresh(call).execution_status == "completed")
+    attempts = list(fresh(call).attempts.order_by("number"))
+    assert [a.classification for a in attempts] == ["unknown", "confirmed"]
+    effects = sandbox.effects_for(call.external_request_id)
+    assert len(effects) == 1
+    assert effects[0]["idempotency_key"] == call.idempotency_key
+    assert_log_matches_state()
+
+
+def test_a_timeout_after_commit_is_unknown_and_never_doubled(run: Run, sandbox: Sandbox) -> None:
+    sandbox.faults(system="payments", delay_response=1.0, delay_seconds=3, times=1)
+    call = propose(run)
+    services.dispatch(call.pk)
+    assert fresh(call).last_error_name == "tool.timeout"
+    run_until(lambda: fresh(call).execution_status == "completed")
+    assert len(sandbox.effects_for(call.external_request_id)) == 1
+
+
+def test_the_carrier_without_idempotency_gets_one_waybill_despite_look_up_lag(
+    run: Run, sandbox: Sandbox
+) -> None:
+    # The carrier ignores keys and its look-up lags: only look-up-before-retry prevents twins.
+    sandbox.faults(system="carrier", drop_response_after_commit=1.0, times=1, lookup_lag_seconds=2)
+    call = propose(run, "create-waybill-v1", WAYBILL)
+    services.dispatch(call.pk)
+    assert fresh(call).execution_status == "result_unknown"
+    run_until(lambda: fresh(call).execution_status == "completed", timeout=30)
+    assert len(sandbox.ledger("carrier")) == 1
+    assert fresh(call).lookups >= 1
+    assert_log_matches_state()
+
+
+def test_rate_limits_are_retried_with_backoff_then_succeed(run: Run, sandbox: Sandbox) -> None:
+    sandbox.faults(system="payments", http_429=1.0, retry_after=1, times=2)
+    call = propose(run)
+    run_until(lambda: fresh(call).execution_status == "completed")
+    attempts = list(fresh(call).attempts.order_by("number"))
+    assert [a.error_name for a in attempts] == ["tool.rate_limited", "tool.rate_limited", ""]
+    assert len(sandbox.effects_for(call.external_request_id)) == 1
+
+
+def test_retries_give_up_after_the_policy_and_can_be_retried_by_hand(
+    run: Run, sandbox: Sandbox, monkeypatch
+) -> None:
+    sandbox.faults(system="payments", http_5xx=1.0)
+    monkeypatch.setattr(services, "backoff", lambda policy, failures, retry_after: 0.0)
+    call = propose(run)
+    run_until(lambda: fresh(call).execution_status == "failed")
+    call = fresh(call)
+    assert call.last_error_name == "tool.upstream_5xx"
+    assert call.attempts.count() == 5
+    sandbox.clear_faults()
+    CircuitBreaker.objects.all().delete()
+    services.tool_call_retry(tenant=run.tenant, tool_call_id=call.pk, actor="test")
+    run_until(lambda: fresh(call).execution_status == "completed")
+    assert len(sandbox.effects_for(call.external_request_id)) == 1
+
+
+def test_a_5xx_storm_opens_the_circuit_and_a_probe_closes_it(
+    run: Run, sandbox: Sandbox, settings, monkeypatch
+) -> None:
+    settings.CIRCUIT_OPEN_SECONDS = 1.0
+    monkeypatch.setattr(services, "backoff", lambda policy, failures, retry_after: 0.0)
+    sandbox.faults(system="payments", http_5xx=1.0)
+    calls = [
+        propose(run, args={**REFUND, "amount_cents": 100 + i}, intent=f"i-{i}") for i in range(4)
+    ]
+    for _ in range(3):
+        for call in calls:
+            services.dispatch(call.pk)
+    breaker = CircuitBreaker.objects.get(capability_id="refund-order-v2")
+    assert breaker.state == "open"
+    sent_before = Attempt.objects.count()
+    for call in calls:
+        services.dispatch(call.pk)
+    assert Attempt.objects.count() == sent_before  # open: nothing is sent
+    assert all(fresh(c).execution_status == "authorized" for c in calls)
+    sandbox.clear_faults()
+    run_until(lambda: all(fresh(c).execution_status == "completed" for c in calls), timeout=30)
+    assert CircuitBreaker.objects.get(pk=breaker.pk).state == "closed"
+
+
+def test_a_stale_workers_result_is_refused(run: Run, sandbox: Sandbox, settings) -> None:
+    call = propose(run)
+    stale = services._claim(call.pk, None, "paused-worker")
+    # Its lease runs out while it is paused; the sweeper hands the call to reconciliation,
+    # which proves it absent and dispatches it again with a new fencing token.
+    ToolCall.objects.filter(pk=call.pk).update(lease_expires_at="2000-01-01T00:00:00Z")
+    assert services.sweep_expired_leases() == 1
+    run_until(lambda: fresh(call).execution_status == "completed", timeout=20)
+    late = services.send(stale)  # the paused worker wakes up and sends with the same key
+    services.record_outcome(stale, late)
+    call = fresh(call)
+    assert call.fencing_token == 2
+    assert call.attempts.get(number=1).classification == "stale"
+    assert call.receipts.count() == 1
+    assert call.run.events.filter(event_type="tool_call.stale_result_refused").count() == 1
+    # Same key: the payment gateway deduplicated the late resend.
+    assert len(sandbox.effects_for(call.external_request_id)) == 1
+    assert_log_matches_state()
+
+
+def test_a_precondition_change_stops_the_call(run: Run, sandbox: Sandbox) -> None:
+    first, _ = services.tool_call_propose(
+        tenant=run.tenant,
+        run_id=run.pk,
+        capability_id="refund-order-v2",
+        args=REFUND,
+        intent="a",
+        actor="t",
+        object_revision=1,
+    )
+    second, _ = services.tool_call_propose(
+        tenant=run.tenant,
+        run_id=run.pk,
+        capability_id="refund-order-v2",
+        args={**REFUND, "amount_cents": 100},
+        intent="b",
+        actor="t",
+        object_revision=1,
+    )
+    services.dispatch(first.pk)  # completes: order-002 moves to revision 2
+    services.dispatch(second.pk)
+    second = fresh(second)
+    assert second.execution_status == "failed"
+    assert second.last_error_name == "precondition.conflict"
+    assert len(sandbox.ledger("payments")) == 1
+
+
+def test_the_runs_attempt_budget_stops_dispatch(tenant: Tenant, sandbox: Sandbox) -> None:
+    run, _ = run_services.run_start(tenant=tenant, title="t", actor="t", max_attempts=1)
+    sandbox.faults(system="payments", http_429=1.0, retry_after=0, times=1)
+    call = propose(run)
+    services.dispatch(call.pk)  # attempt 1: 429, rescheduled
+    ToolCall.objects.filter(pk=call.pk).update(next_attempt_at=None)
+    services.dispatch(call.pk)
+    call = fresh(call)
+    assert call.execution_status == "failed"
+    assert call.last_error_name == "flow.budget_exceeded"
+    assert sandbox.ledger() == []
+
+
+def test_compensation_runs_once_and_only_for_a_confirmed_call(run: Run, sandbox: Sandbox):
+    reserve = propose(
+        run,
+        "reserve-stock-v1",
+        {"warehouse_id": "wh-acme-1", "sku": "PART-100", "quantity": 2, "order_id": "order-002"},
+    )
+    with pytest.raises(DomainError, match=r"compensation\.not_confirmed"):
+        services.tool_call_compensate(tenant=run.tenant, tool_call_id=reserve.pk, actor="t")
+    run_due()
+    first, created = services.tool_call_compensate(
+        tenant=run.tenant, tool_call_id=reserve.pk, actor="t"
+    )
+    again, created_again = services.tool_call_compensate(
+        tenant=run.tenant, tool_call_id=reserve.pk, actor="t"
+    )
+    assert (created, created_again) == (True, False)
+    assert again.pk == first.pk
+    assert first.idempotency_key.endswith(f":compensate:{reserve.pk}")
+    run_due()
+    assert fresh(reserve).execution_status == "compensated"
+    assert fresh(first).verification_status == "confirmed_success"
+    operations = [e["operation"] for e in sandbox.ledger("warehouse")]
+    assert operations == ["reservation.create", "reservation.release"]
+    assert_log_matches_state()
+
+
+def test_a_cancelled_runs_late_result_does_not_revive_it(run: Run, sandbox: Sandbox) -> None:
+    call = propose(run)
+    claim = services._claim(call.pk, None, "w")
+    _, in_flight = services.run_stop(tenant=run.tenant, run_id=run.pk, actor="t")
+    assert [c.pk for c in in_flight] == [call.pk]
+    services.record_outcome(claim, services.send(claim))
+    assert fresh(call).execution_status == "completed"  # the fact is kept
+    assert Run.objects.get(pk=run.pk).state == "cancelled"  # the run stays cancelled

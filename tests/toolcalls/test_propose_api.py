@@ -1,0 +1,192 @@
+"""POST /api/v1/runs/{id}/tool-calls and the capability catalogue."""
+
+from __future__ import annotations
+
+import jsonschema
+import pytest
+
+from runs.models import Event, OutboxMessage
+from tests.conftest import ApiClient
+from toolcalls import capabilities
+from toolcalls.capabilities import TrustedData
+from toolcalls.models import ToolCall
+
+REFUND = {"order_id": "order-001", "amount_cents": 1500, "currency": "USD", "reason": "damaged"}
+
+
+@pytest.fixture
+def run_id(api: ApiClient) -> str:
+    return api.post("/api/v1/runs", {"title": "Refund order-001"}).json()["run_id"]
+
+
+def propose(api: ApiClient, run_id: str, args: dict, intent: str = "intent-031", **extra):
+    body = {"capability": "refund-order-v2", "args": args, "intent": intent, **extra}
+    return api.post(f"/api/v1/runs/{run_id}/tool-calls", body)
+
+
+def test_it_lists_every_capability_with_a_strict_schema(api: ApiClient, sandbox) -> None:
+    listed = {c["id"]: c for c in api.get("/api/v1/capabilities").json()}
+    assert set(listed) >= {
+        "get-order-v1",
+        "check-warranty-v1",
+        "refund-order-v2",
+        "reserve-stock-v1",
+        "release-stock-v1",
+        "create-waybill-v1",
+        "cancel-waybill-v1",
+        "send-email-v1",
+    }
+    assert listed["reserve-stock-v1"]["compensation"] == "release-stock-v1"
+    assert listed["create-waybill-v1"]["compensation"] == "cancel-waybill-v1"
+    assert listed["send-email-v1"]["irreversible"] is True
+    assert listed["create-waybill-v1"]["remote_dedupe_window_seconds"] is None
+    for capability in listed.values():
+        assert capability["input_schema"]["additionalProperties"] is False
+
+
+@pytest.mark.parametrize("capability_id", sorted(capabilities.REGISTRY))
+def test_each_example_is_valid_against_the_seeded_sandbox(capability_id: str, sandbox) -> None:
+    capability = capabilities.get(capability_id)
+    (example,) = capability.input_schema["examples"]
+    jsonschema.validate(example, capability.input_schema)
+    assert capability.business_check(TrustedData("acme"), example) == []
+
+
+def test_it_proposes_and_authorizes_a_call(api: ApiClient, run_id: str, sandbox) -> None:
+    decision_id = api.post(
+        f"/api/v1/runs/{run_id}/decisions", {"kind": "refund_eligibility", "content": {}}
+    ).json()["decision_id"]
+    response = propose(
+        api,
+        run_id,
+        REFUND,
+        decision_id=decision_id,
+        object={"ref": "order:order-001", "revision": 1},
+    )
+    assert response.status_code == 201, response.json()
+    body = response.json()
+    assert body["tool_call_id"].startswith("tc_")
+    assert body["idempotency_key"] == "acme:order:order-001:refund:intent-031"
+    assert body["execution_status"] == "authorized"
+    assert body["verification_status"] == "not_observed"
+    assert body["approval"] is None
+    assert body["decision_id"] == decision_id
+    types = list(
+        Event.objects.filter(tool_call_id=body["tool_call_id"]).values_list("event_type", flat=True)
+    )
+    assert types == ["tool_call.proposed", "tool_call.authorized"]
+    # Dispatch is enqueued through the outbox, in the same transaction.
+    assert (
+        OutboxMessage.objects.filter(task="toolcalls.dispatch", args=[body["tool_call_id"]]).count()
+        == 1
+    )
+
+
+def test_the_same_intent_and_args_return_the_same_call(api: ApiClient, run_id: str, sandbox):
+    first = propose(api, run_id, REFUND)
+    again = propose(api, run_id, dict(reversed(list(REFUND.items()))))
+    assert (first.status_code, again.status_code) == (201, 200)
+    assert again.json()["tool_call_id"] == first.json()["tool_call_id"]
+    assert ToolCall.objects.count() == 1
+
+
+def test_the_same_intent_in_a_new_run_is_still_the_same_operation(
+    api: ApiClient, run_id: str, sandbox
+) -> None:
+    first = propose(api, run_id, REFUND)
+    other_run = api.post("/api/v1/runs", {"title": "agent restarted"}).json()["run_id"]
+    again = propose(api, other_run, REFUND)
+    assert again.status_code == 200
+    assert again.json()["tool_call_id"] == first.json()["tool_call_id"]
+
+
+def test_the_same_intent_with_other_args_is_a_conflict(api: ApiClient, run_id: str, sandbox):
+    propose(api, run_id, REFUND)
+    response = propose(api, run_id, {**REFUND, "amount_cents": 1600})
+    assert response.status_code == 409
+    assert response.json()["error"]["name"] == "idempotency.conflict"
+    assert ToolCall.objects.count() == 1
+
+
+def test_another_intent_is_another_operation(api: ApiClient, run_id: str, sandbox) -> None:
+    propose(api, run_id, REFUND, intent="intent-031")
+    assert propose(api, run_id, REFUND, intent="intent-032").status_code == 201
+    assert ToolCall.objects.count() == 2
+
+
+@pytest.mark.parametrize(
+    ("args", "fields"),
+    [
+        ({**REFUND, "amount_cents": "lots"}, {"args.amount_cents"}),
+        ({**REFUND, "api_token": "x"}, {"args"}),
+        ({"order_id": "order-001"}, {"args"}),
+        ({**REFUND, "amount_cents": 999_999}, {"args.amount_cents"}),
+        ({**REFUND, "currency": "EUR"}, {"args.currency"}),
+        ({**REFUND, "order_id": "order-016"}, {"args.order_id"}),  # globex's order
+    ],
+)
+def test_it_refuses_bad_args_naming_each_field(
+    api: ApiClient, run_id: str, sandbox, args: dict, fields: set
+) -> None:
+    events_before = Event.objects.count()
+    response = propose(api, run_id, args)
+    assert response.status_code == 422, response.json()
+    error = response.json()["error"]
+    assert error["name"] == "tool.validation_failed"
+    assert {d["field"] for d in error["details"]} == fields
+    assert ToolCall.objects.count() == 0
+    assert Event.objects.count() == events_before
+
+
+def test_it_refuses_an_unknown_capability(api: ApiClient, run_id: str, sandbox) -> None:
+    body = {"capability": "launch-rockets-v1", "args": {}, "intent": "i"}
+    response = api.post(f"/api/v1/runs/{run_id}/tool-calls", body)
+    assert response.status_code == 422
+    assert response.json()["error"]["details"][0]["field"] == "capability"
+
+
+def test_it_refuses_an_object_the_args_do_not_act_on(api: ApiClient, run_id: str, sandbox):
+    response = propose(api, run_id, REFUND, object={"ref": "order:order-002"})
+    assert response.status_code == 422
+    assert response.json()["error"]["details"][0]["field"] == "object.ref"
+
+
+def test_it_refuses_a_stale_object_revision(api: ApiClient, run_id: str, sandbox) -> None:
+    propose(api, run_id, REFUND, object={"ref": "order:order-001", "revision": 3})
+    response = propose(
+        api, run_id, REFUND, intent="intent-040", object={"ref": "order:order-001", "revision": 2}
+    )
+    assert response.status_code == 409
+    assert response.json()["error"]["name"] == "precondition.conflict"
+
+
+def test_it_stops_at_the_runs_tool_call_budget(api: ApiClient, sandbox) -> None:
+    run_id = api.post("/api/v1/runs", {"title": "t", "max_tool_calls": 1}).json()["run_id"]
+    assert propose(api, run_id, REFUND, intent="a").status_code == 201
+    response = propose(api, run_id, REFUND, intent="b")
+    assert response.status_code == 409
+    assert response.json()["error"]["name"] == "flow.max_steps_exceeded"
+
+
+def test_another_tenant_cannot_see_or_command_a_call(
+    api: ApiClient, other_api: ApiClient, run_id: str, sandbox
+) -> None:
+    call_id = propose(api, run_id, REFUND).json()["tool_call_id"]
+    assert propose(other_api, run_id, REFUND).status_code == 404
+    for response in (
+        other_api.get(f"/api/v1/tool-calls/{call_id}"),
+        other_api.post(f"/api/v1/tool-calls/{call_id}/retry"),
+        other_api.post(f"/api/v1/tool-calls/{call_id}/reconcile"),
+        other_api.post(f"/api/v1/tool-calls/{call_id}/compensate"),
+    ):
+        assert response.status_code == 404
+        assert response.json()["error"]["name"] == "resource.not_found"
+
+
+def test_a_stopped_run_cancels_its_undispatched_calls(api: ApiClient, run_id: str, sandbox):
+    call_id = propose(api, run_id, REFUND).json()["tool_call_id"]
+    stopped = api.post(f"/api/v1/runs/{run_id}/stop", {"reason": "customer withdrew"})
+    assert stopped.status_code == 200
+    assert stopped.json()["in_flight"] == []
+    assert ToolCall.objects.get(pk=call_id).execution_status == "cancelled"
+    assert propose(api, run_id, REFUND, intent="late").json()["error"]["name"] == "run.closed"

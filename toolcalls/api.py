@@ -1,0 +1,197 @@
+"""Agent API for capabilities and tool calls."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse
+from ninja import Field, Query, Router, Schema, Status
+
+from runs.api import ERRORS, StrictSchema
+from runs.services import actor_for_key
+from toolcalls import capabilities, selectors, services
+from toolcalls.models import ToolCall
+
+router = Router(tags=["tool calls"])
+
+# Long-polling holds a web thread; keep the wait short and bounded.
+MAX_WAIT_SECONDS = 30
+
+
+class ObjectIn(StrictSchema):
+    ref: str = Field("", max_length=200)
+    revision: int | None = Field(None, ge=0)
+
+
+class ToolCallIn(StrictSchema):
+    capability: str = Field(..., min_length=1, max_length=100)
+    args: dict[str, Any]
+    intent: str = Field(..., min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._:-]+$")
+    decision_id: str | None = Field(None, max_length=40)
+    object: ObjectIn | None = None
+
+
+class ObjectOut(Schema):
+    ref: str
+    revision: int | None
+
+
+class ErrorSummary(Schema):
+    name: str
+    message: str
+
+
+class ToolCallOut(Schema):
+    tool_call_id: str
+    run_id: str
+    capability: str
+    args: dict[str, Any]
+    args_digest: str
+    intent: str
+    object: ObjectOut
+    decision_id: str | None
+    idempotency_key: str
+    external_request_id: str
+    execution_status: str
+    verification_status: str
+    approval: dict[str, Any] | None
+    external_id: str
+    result: dict[str, Any] | None
+    last_error: ErrorSummary | None
+    attempts: int
+    fencing_token: int
+    compensation_of: str | None
+    compensation: str | None
+    created_at: datetime
+    updated_at: datetime
+
+
+class CapabilityOut(Schema):
+    id: str
+    version: int
+    title: str
+    system: str
+    kind: str
+    permission: str
+    risk: str
+    reversible: bool
+    irreversible: bool
+    compensation: str | None
+    lookup: bool
+    consistency_window_seconds: float
+    remote_dedupe_window_seconds: float | None
+    timeout_seconds: float
+    retry: dict[str, dict[str, float]]
+    input_schema: dict[str, Any]
+
+
+class WaitQuery(Schema):
+    wait: float = Field(0, ge=0, le=MAX_WAIT_SECONDS)
+
+
+def tool_call_out(call: ToolCall) -> dict[str, Any]:
+    compensation = getattr(call, "compensation", None) if call.pk else None
+    return {
+        "tool_call_id": call.pk,
+        "run_id": call.run_id,
+        "capability": call.capability_id,
+        "args": call.args,
+        "args_digest": call.args_digest,
+        "intent": call.intent,
+        "object": {"ref": call.object_ref, "revision": call.object_revision},
+        "decision_id": call.decision_id,
+        "idempotency_key": call.idempotency_key,
+        "external_request_id": call.external_request_id,
+        "execution_status": call.execution_status,
+        "verification_status": call.verification_status,
+        "approval": None,
+        "external_id": call.external_id,
+        "result": call.result,
+        "last_error": (
+            {"name": call.last_error_name, "message": call.last_error_message}
+            if call.last_error_name
+            else None
+        ),
+        "attempts": call.attempts.count(),
+        "fencing_token": call.fencing_token,
+        "compensation_of": call.compensation_of_id,
+        "compensation": compensation.pk if compensation else None,
+        "created_at": call.created_at,
+        "updated_at": call.updated_at,
+    }
+
+
+@router.get("/capabilities", response={200: list[CapabilityOut], **ERRORS})
+def list_capabilities(request: HttpRequest) -> list[dict[str, Any]]:
+    """Every contract: what it does, its risk and input schema (with a valid example)."""
+    return [capability.describe() for capability in capabilities.REGISTRY.values()]
+
+
+@router.post("/runs/{run_id}/tool-calls", response={200: ToolCallOut, 201: ToolCallOut, **ERRORS})
+def propose_tool_call(
+    request: HttpRequest, run_id: str, payload: ToolCallIn, response: HttpResponse
+) -> Status:
+    """Propose a side effect. The same intent on the same object with the same args answers
+    200 with the existing call; with other args, 409 `idempotency.conflict`."""
+    call, created = services.tool_call_propose(
+        tenant=request.auth.tenant,
+        run_id=run_id,
+        capability_id=payload.capability,
+        args=payload.args,
+        intent=payload.intent,
+        decision_id=payload.decision_id,
+        object_ref=payload.object.ref if payload.object else "",
+        object_revision=payload.object.revision if payload.object else None,
+        actor=actor_for_key(request.auth),
+    )
+    if not created:
+        response["Idempotent-Replayed"] = "true"
+    return Status(201 if created else 200, tool_call_out(call))
+
+
+@router.get("/tool-calls/{tool_call_id}", response={200: ToolCallOut, **ERRORS})
+def get_tool_call(
+    request: HttpRequest, tool_call_id: str, query: Query[WaitQuery]
+) -> dict[str, Any]:
+    """Read a call. With `?wait=N` (seconds, at most 30) answer as soon as it changes."""
+    call = selectors.tool_call_get(tenant=request.auth.tenant, tool_call_id=tool_call_id)
+    deadline = time.monotonic() + query.wait
+    seen = call.updated_at
+    while time.monotonic() < deadline:
+        time.sleep(0.2)
+        call = selectors.tool_call_get(tenant=request.auth.tenant, tool_call_id=tool_call_id)
+        if call.updated_at != seen:
+            break
+    return tool_call_out(call)
+
+
+@router.post("/tool-calls/{tool_call_id}/retry", response={202: ToolCallOut, **ERRORS})
+def retry_tool_call(request: HttpRequest, tool_call_id: str) -> Status:
+    """Send a call that failed without executing again, with the same idempotency key."""
+    call = services.tool_call_retry(
+        tenant=request.auth.tenant, tool_call_id=tool_call_id, actor=actor_for_key(request.auth)
+    )
+    return Status(202, tool_call_out(call))
+
+
+@router.post("/tool-calls/{tool_call_id}/reconcile", response={202: ToolCallOut, **ERRORS})
+def reconcile_tool_call(request: HttpRequest, tool_call_id: str) -> Status:
+    """Look an unknown outcome up at the external system now."""
+    call = services.tool_call_reconcile_now(
+        tenant=request.auth.tenant, tool_call_id=tool_call_id, actor=actor_for_key(request.auth)
+    )
+    return Status(202, tool_call_out(call))
+
+
+@router.post(
+    "/tool-calls/{tool_call_id}/compensate", response={200: ToolCallOut, 201: ToolCallOut, **ERRORS}
+)
+def compensate_tool_call(request: HttpRequest, tool_call_id: str) -> Status:
+    """Undo a confirmed call with its compensating capability; asking twice answers 200 with
+    the same compensating call."""
+    call, created = services.tool_call_compensate(
+        tenant=request.auth.tenant, tool_call_id=tool_call_id, actor=actor_for_key(request.auth)
+    )
+    return Status(201 if created else 200, tool_call_out(call))

@@ -1,0 +1,20 @@
+"""Reads of tool calls, always scoped to a tenant."""
+
+from __future__ import annotations
+
+from django.db.models import QuerySet
+
+from runs.errors import not_found
+from runs.models import Run, Tenant
+from toolcalls.models import ToolCall
+
+
+def tool_call_get(*, tenant: Tenant, tool_call_id: str) -> ToolCall:
+    call = ToolCall.objects.filter(tenant=tenant, pk=tool_call_id).first()
+    if call is None:
+        raise not_found("tool call", tool_call_id)
+    return call
+
+
+def run_tool_calls(*, run: Run) -> QuerySet[ToolCall]:
+    return ToolCall.objects.filter(run=run).prefetch_related("attempts", "receipts").order_by("id")
