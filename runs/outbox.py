@@ -6,6 +6,7 @@ import logging
 from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
@@ -14,8 +15,6 @@ from runs.models import OutboxMessage
 
 log = logging.getLogger(__name__)
 
-# A message still undone this long after it became due is published again.
-REPUBLISH_AFTER = timedelta(seconds=30)
 
 
 def enqueue(task: str, *args: Any, countdown: float = 0) -> OutboxMessage:
@@ -55,8 +54,9 @@ def mark_done(outbox_id: str | None) -> None:
 def republish_due(limit: int = 500) -> int:
     """Publish again the messages nobody took in time. Returns how many."""
     now = timezone.now()
+    cutoff = now - timedelta(seconds=settings.OUTBOX_REPUBLISH_AFTER_SECONDS)
     due = list(
-        OutboxMessage.objects.filter(done_at=None, available_at__lt=now - REPUBLISH_AFTER).order_by(
+        OutboxMessage.objects.filter(done_at=None, available_at__lt=cutoff).order_by(
             "available_at"
         )[:limit]
     )

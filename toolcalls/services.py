@@ -28,6 +28,7 @@ from django_fsm import can_proceed
 from runs import events, outbox
 from runs.canonical import digest
 from runs.errors import DomainError, not_found
+from runs.faults import crashpoint
 from runs.ids import new_id
 from runs.models import Decision, Run, Tenant
 from runs.selectors import run_get
@@ -349,7 +350,9 @@ def dispatch(tool_call_id: str, *, outbox_id: str | None = None, worker: str = "
     claim = _claim(tool_call_id, outbox_id, worker or worker_name())
     if claim is None:
         return
+    crashpoint("before_send")
     outcome = send(claim)
+    crashpoint("after_send")
     record_outcome(claim, outcome)
 
 

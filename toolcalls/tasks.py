@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from celery import shared_task
 
+from runs.faults import crashpoint
 from toolcalls import services
 
 
 @shared_task(name="toolcalls.dispatch")
 def dispatch_tool_call(tool_call_id: str, outbox_id: str | None = None) -> None:
     services.dispatch(tool_call_id, outbox_id=outbox_id)
+    crashpoint("before_ack")
 
 
 @shared_task(name="toolcalls.reconcile")

@@ -173,12 +173,17 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 # Redis redelivers an unacked message after this many seconds. It must exceed the longest
 # countdown we schedule and the longest task, or a message is delivered twice on purpose.
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": int(os.environ.get("CELERY_VISIBILITY_TIMEOUT", "3600"))
+}
 # A task that hangs is killed; its lease expires and the sweeper turns the call into unknown.
 CELERY_TASK_TIME_LIMIT = 300
 CELERY_TASK_SOFT_TIME_LIMIT = 240
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Publishing does not retry: an unpublished message stays in the outbox and the sweeper sends
+# it, instead of a web request hanging on a broker that is down.
+CELERY_TASK_PUBLISH_RETRY = False
 
 # --- Event log ------------------------------------------------------------------------------
 # Only test settings turn this on: `flush` may then empty the append-only event table.
@@ -192,7 +197,7 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
     "loggers": {
         "django.server": {"level": "WARNING"},
-        "celery": {"level": "WARNING"},
+        "celery": {"level": os.environ.get("CELERY_LOG_LEVEL", "INFO")},
         "axes": {"level": "WARNING"},
         "httpx": {"level": "WARNING"},
     },
@@ -213,11 +218,13 @@ def _connectors() -> dict:
 COUNTERSIGN_CONNECTORS = _connectors()
 # Tests shorten the external calls' timeouts with this (seconds); None keeps each
 # capability's own.
-TOOLCALL_TIMEOUT_OVERRIDE: float | None = None
+TOOLCALL_TIMEOUT_OVERRIDE = float(os.environ.get("TOOLCALL_TIMEOUT_OVERRIDE", "0")) or None
 # How long an open circuit breaker stops a capability before one probe call passes.
 CIRCUIT_OPEN_SECONDS = float(os.environ.get("CIRCUIT_OPEN_SECONDS", "30"))
 # Extra time past a call's own timeout before the sweeper deems its worker gone.
 LEASE_MARGIN_SECONDS = float(os.environ.get("LEASE_MARGIN_SECONDS", "10"))
+# An outbox message still undone this long after it was due is published again.
+OUTBOX_REPUBLISH_AFTER_SECONDS = float(os.environ.get("OUTBOX_REPUBLISH_AFTER_SECONDS", "30"))
 # How often beat sweeps: expired leases, outbox messages nobody took.
 SWEEP_INTERVAL_SECONDS = float(os.environ.get("SWEEP_INTERVAL_SECONDS", "10"))
 CELERY_BEAT_SCHEDULE = {

@@ -7,6 +7,7 @@ beat in threads, the scripted agent, and the console on 127.0.0.1:8000. Ctrl-C s
 
 from __future__ import annotations
 
+import logging
 import secrets
 import subprocess
 import sys
@@ -47,6 +48,8 @@ class Command(BaseCommand):
             raise CommandError(
                 "demo runs the embedded default; unset CELERY_BROKER_URL (and DATABASE_URL)."
             )
+        # The console shows what the worker does; its per-task lines would bury the logins.
+        logging.getLogger("celery").setLevel(logging.WARNING)
         call_command("migrate", verbosity=0)
         tenant, passwords = self.seed()
         sandbox = self.start_sandbox(options["sandbox_port"])
