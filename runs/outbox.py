@@ -16,7 +16,6 @@ from runs.models import OutboxMessage
 log = logging.getLogger(__name__)
 
 
-
 def enqueue(task: str, *args: Any, countdown: float = 0) -> OutboxMessage:
     """Write a message in the caller's transaction; it is published once that commits."""
     if not connection.in_atomic_block:

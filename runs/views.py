@@ -8,6 +8,7 @@ from django.shortcuts import render
 from runs import selectors
 from runs.errors import DomainError
 from runs.permissions import tenant_member_required
+from toolcalls.selectors import run_tool_calls
 
 
 @tenant_member_required
@@ -23,15 +24,19 @@ def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
         run = selectors.run_get(tenant=request.user.tenant, run_id=run_id)
     except DomainError as exc:
         raise Http404(exc.message) from exc
+    tool_calls = list(run_tool_calls(run=run))
     context = {
         "run": run,
+        # Keep refreshing while anything can still change, even after the run closed.
+        "live": run.is_open or not all(call.is_settled for call in tool_calls),
         "events": selectors.run_events(run=run),
         "decisions": selectors.run_decisions(run=run),
+        "tool_calls": tool_calls,
     }
     if request.htmx:
         response = render(request, "runs/detail.html#timeline", context)
-        # 286 tells htmx to stop polling: a closed run's timeline no longer changes.
-        if not run.is_open:
+        # 286 tells htmx to stop polling: nothing on this page can change any more.
+        if not context["live"]:
             response.status_code = 286
         return response
     return render(request, "runs/detail.html", context)

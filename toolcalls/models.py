@@ -97,6 +97,23 @@ class ToolCall(FSMModelMixin, models.Model):
     def __str__(self) -> str:
         return f"{self.id} {self.capability_id} {self.execution_status}"
 
+    FINAL_EXECUTION = (
+        E.COMPLETED,
+        E.FAILED,
+        E.REJECTED,
+        E.EXPIRED,
+        E.INVALIDATED,
+        E.CANCELLED,
+        E.COMPENSATED,
+    )
+
+    @property
+    def is_settled(self) -> bool:
+        """Nothing more will happen to it without a person asking."""
+        return (
+            self.execution_status in self.FINAL_EXECUTION and self.verification_status != V.PENDING
+        )
+
     # --- execution ------------------------------------------------------------------------
 
     @transition(field=execution_status, source=E.PROPOSED, target=E.AWAITING_APPROVAL)

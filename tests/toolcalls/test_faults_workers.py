@@ -26,6 +26,7 @@ from tests.celery_processes import CeleryProcess, flush_broker, process_env
 from tests.conftest import ApiClient
 from tests.helpers import wait_for
 from tests.sandbox_process import Sandbox
+from toolcalls.connectors import SANDBOX_TOKENS
 from toolcalls.models import Attempt, ToolCall
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -90,11 +91,14 @@ def crash_at(point: str, tmp_path: Path) -> dict[str, str]:
 
 
 def test_a_call_runs_through_worker_processes(api, sandbox, start) -> None:
-    start("worker")
+    worker = start("worker")
     call = settled(propose(api))
     assert call.execution_status == "completed"
     assert len(sandbox.effects_for(call.external_request_id)) == 1
     assert_invariants(sandbox, call)
+    # The worker injected the credentials and logged none of them.
+    assert "toolcalls.verify" in worker.output()
+    assert not any(token in worker.output() for token in SANDBOX_TOKENS.values())
 
 
 def test_a_worker_killed_before_sending(api, sandbox, start, tmp_path) -> None:
