@@ -10,6 +10,7 @@ It depends on httpx only, so an agent can copy this file without Django.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import httpx
@@ -73,3 +74,56 @@ class Countersign:
 
     def stop_run(self, run_id: str, reason: str = "") -> dict[str, Any]:
         return self._call("POST", f"/runs/{run_id}/stop", {"reason": reason})
+
+    def capabilities(self) -> list[dict[str, Any]]:
+        return self.http.get("/capabilities").json()
+
+    def propose(
+        self,
+        run_id: str,
+        capability: str,
+        args: dict[str, Any],
+        *,
+        intent: str,
+        decision_id: str | None = None,
+        object_ref: str = "",
+        object_revision: int | None = None,
+    ) -> dict[str, Any]:
+        """Propose a tool call. Safe to repeat: the same intent and args give the same call."""
+        body: dict[str, Any] = {"capability": capability, "args": args, "intent": intent}
+        if decision_id:
+            body["decision_id"] = decision_id
+        if object_ref or object_revision is not None:
+            body["object"] = {"ref": object_ref, "revision": object_revision}
+        return self._call("POST", f"/runs/{run_id}/tool-calls", body)
+
+    def tool_call(self, tool_call_id: str, wait: float = 0) -> dict[str, Any]:
+        """Read a call; with `wait`, answer as soon as it changes (at most 30 s)."""
+        return self._call("GET", f"/tool-calls/{tool_call_id}", params={"wait": wait})
+
+    def wait_settled(self, tool_call_id: str, timeout: float = 120) -> dict[str, Any]:
+        """Follow a call until its execution and verification can no longer move by
+        themselves (or the timeout passes), and return it."""
+        deadline = time.monotonic() + timeout
+        call = self.tool_call(tool_call_id)
+        while time.monotonic() < deadline and not is_settled(call):
+            call = self.tool_call(tool_call_id, wait=min(20, max(deadline - time.monotonic(), 0)))
+        return call
+
+
+SETTLED_EXECUTION = {
+    "completed",
+    "failed",
+    "rejected",
+    "expired",
+    "invalidated",
+    "cancelled",
+    "compensated",
+    "needs_human",
+}
+
+
+def is_settled(call: dict[str, Any]) -> bool:
+    return (
+        call["execution_status"] in SETTLED_EXECUTION and call["verification_status"] != "pending"
+    )

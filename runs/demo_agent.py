@@ -1,7 +1,8 @@
 """The demo's scripted agent: it talks to the agent API over HTTP like any real agent would.
 
-It works through the seeded orders of the sandbox, one run per refund request, so that the
-console has live work to show.
+It works through refund requests for the sandbox's seeded orders: validate the request, read
+the order, decide the amount, refund it, email the customer. The demo injects some faults in
+the sandbox, so the console shows lost responses being looked up and rate limits retried.
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ log = logging.getLogger("countersign.demo_agent")
 
 # (order, amount in cents the customer asked for, reason) from the sandbox's seeded orders.
 REFUND_REQUESTS = [
-    ("order-001", 12000, "item arrived damaged"),
-    ("order-002", 35000, "wrong size"),
-    ("order-003", 150000, "duplicate charge"),
-    ("order-004", 4000, "late delivery goodwill"),
+    ("order-001", 1200, "item arrived damaged"),
+    ("order-002", 3500, "wrong size"),
+    ("order-003", 25000, "duplicate charge"),
+    ("order-004", 400, "late delivery goodwill"),
+    ("order-005", 900, "missing part"),
 ]
 
 
@@ -46,6 +48,8 @@ class DemoAgent(threading.Thread):
 
     def handle_one(self, number: int) -> None:
         order_id, amount_cents, reason = REFUND_REQUESTS[number % len(REFUND_REQUESTS)]
+        # A fresh intent per demo round: each round is a new refund request.
+        intent = f"demo-{number}"
         run = self.client.start_run(
             f"Refund {order_id}: {reason}",
             correlation_id=f"refund-intent-{number:03d}",
@@ -53,17 +57,46 @@ class DemoAgent(threading.Thread):
             max_tool_calls=10,
             metadata={"order_id": order_id, "requested_cents": amount_cents},
         )
-        decision = self.client.record_decision(
-            run["run_id"],
-            "refund_eligibility",
-            {"order_id": order_id, "eligible": True, "amount_cents": amount_cents, "why": reason},
+        run_id = run["run_id"]
+        order_call = self.client.propose(
+            run_id, "get-order-v1", {"order_id": order_id}, intent=f"{intent}-read"
         )
-        if amount_cents > 100000:
-            # A second look lowers a large refund: a new version supersedes the first.
-            self.client.record_decision(
-                run["run_id"],
-                "refund_eligibility",
-                {"order_id": order_id, "eligible": True, "amount_cents": amount_cents // 2},
-                supersedes=decision["decision_id"],
+        order = self.client.wait_settled(order_call["tool_call_id"], timeout=30)["result"] or {}
+        refundable = order.get("refundable_cents", 0)
+        amount = min(amount_cents, refundable)
+        decision = self.client.record_decision(
+            run_id,
+            "refund_eligibility",
+            {"order_id": order_id, "eligible": amount > 0, "amount_cents": amount, "why": reason},
+        )
+        if amount <= 0:
+            log.info("demo agent: %s: %s has nothing left to refund", run_id, order_id)
+            return
+        refund = self.client.propose(
+            run_id,
+            "refund-order-v2",
+            {"order_id": order_id, "amount_cents": amount, "currency": "USD", "reason": reason},
+            intent=intent,
+            decision_id=decision["decision_id"],
+        )
+        refund = self.client.wait_settled(refund["tool_call_id"], timeout=60)
+        log.info(
+            "demo agent: %s refund %s is %s / %s",
+            run_id,
+            refund["tool_call_id"],
+            refund["execution_status"],
+            refund["verification_status"],
+        )
+        if refund["verification_status"] == "confirmed_success":
+            self.client.propose(
+                run_id,
+                "send-email-v1",
+                {
+                    "order_id": order_id,
+                    "to": order.get("customer_email", ""),
+                    "subject": "Your refund",
+                    "body": f"We refunded {amount / 100:.2f} USD on {order_id}.",
+                },
+                intent=f"{intent}-email",
+                decision_id=decision["decision_id"],
             )
-        log.info("demo agent: %s for %s", run["run_id"], order_id)

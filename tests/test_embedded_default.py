@@ -45,7 +45,12 @@ def test_the_demo_serves_the_console_runs_the_agent_and_stops_on_ctrl_c(tmp_path
         wait_for(login_page_served, 60, "the demo's login page")
         page = httpx.get(f"http://127.0.0.1:{port}/login/").text
         assert "Log in" in page
-        wait_for(lambda: "demo agent: run_" in log.read_text(), 30, "the scripted agent's run")
+        # The agent's refund went through the in-process worker and was verified.
+        wait_for(
+            lambda: "completed / confirmed_success" in log.read_text(),
+            60,
+            "the scripted agent's refund to be confirmed",
+        )
         output = log.read_text()
         assert f"Countersign is running at http://127.0.0.1:{port}/" in output
         assert "log in as alice" in output and "log in as olivia" in output

@@ -53,6 +53,8 @@ class Command(BaseCommand):
         call_command("migrate", verbosity=0)
         tenant, passwords = self.seed()
         sandbox = self.start_sandbox(options["sandbox_port"])
+        settings.SANDBOX_URL = f"http://127.0.0.1:{options['sandbox_port']}"
+        self.inject_faults(settings.SANDBOX_URL)
         from config import embedded
 
         runtime = embedded.start()
@@ -110,6 +112,15 @@ class Command(BaseCommand):
         )
         owner = User.objects.get(username="agent-owner")
         return api_key_issue(tenant=tenant, name="demo agent", principal=owner)[1]
+
+    def inject_faults(self, sandbox_url: str) -> None:
+        # Some of what production does to agents: lost answers, rate limits, a slow carrier.
+        for faults in (
+            {"system": "payments", "drop_response_after_commit": 0.2, "http_429": 0.1},
+            {"system": "mailer", "http_5xx": 0.2},
+            {"system": "carrier", "lookup_lag_seconds": 2},
+        ):
+            httpx.post(f"{sandbox_url}/faults", json=faults, timeout=5).raise_for_status()
 
     def start_sandbox(self, port: int) -> subprocess.Popen:
         data_dir = settings.VAR_DIR / "sandbox"

@@ -1,0 +1,1 @@
+"""Helpers of `python manage.py bench_dispatch` (processes, PostgreSQL statistics, DBOS)."""
