@@ -6,3 +6,7 @@ from django.apps import AppConfig
 class ApprovalsConfig(AppConfig):
     name = "approvals"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        # Registers the event schemas and the projection of approvals.
+        from approvals import event_types, projections  # noqa: F401

@@ -1,1 +1,158 @@
-"""Models of this app come with its issue; the app is installed so migrations line up."""
+"""Approval policies (data, versioned) and approvals bound to one tool call's arguments."""
+
+from __future__ import annotations
+
+from functools import partial
+
+from django.db import models
+from django_fsm import FSMField, FSMModelMixin, transition
+
+from runs.ids import new_id
+from runs.models import Run, Tenant, User
+from toolcalls.models import ToolCall
+
+
+class Policy(models.Model):
+    """Who must approve a capability's calls. Rows are never edited: saving a change in the
+    admin writes the next version, so every approval names exactly the rules it was asked under.
+
+    `rules` is a list of {"name", "when", "approvers", "risk"}; `when` is a condition on the
+    arguments (approvals/conditions.py). The matching rule that asks for the most approvers
+    wins; no match (or 0 approvers) lets the call through.
+    """
+
+    class OnExpiry(models.TextChoices):
+        CANCEL = "cancel", "Cancel the call"
+        HAND_TO_HUMAN = "hand_to_human", "Hand the run to a person"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="policies")
+    capability_id = models.CharField(max_length=100)
+    version = models.PositiveIntegerField()
+    rules = models.JSONField(default=list, blank=True)
+    expiry_seconds = models.PositiveIntegerField(default=24 * 3600)
+    on_expiry = models.CharField(max_length=20, choices=OnExpiry.choices, default=OnExpiry.CANCEL)
+    # Who hears about approvals close to expiry: comma-separated email addresses.
+    escalation_group = models.CharField(max_length=500, blank=True)
+    escalate_before_seconds = models.PositiveIntegerField(default=3600)
+    created_by = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["tenant", "capability_id", "-version"]
+        verbose_name_plural = "policies"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "capability_id", "version"], name="policy_unique_version"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.capability_id} v{self.version} ({self.tenant.slug})"
+
+
+class Approval(FSMModelMixin, models.Model):
+    class State(models.TextChoices):
+        PENDING = "pending"
+        APPROVED = "approved"
+        CONSUMED = "consumed"
+        REJECTED = "rejected"
+        EXPIRED = "expired"
+        INVALIDATED = "invalidated"
+        CANCELLED = "cancelled"
+
+    OPEN_STATES = (State.PENDING, State.APPROVED)
+
+    id = models.CharField(
+        primary_key=True, max_length=40, default=partial(new_id, "apr"), editable=False
+    )
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="approvals")
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="approvals")
+    tool_call = models.ForeignKey(ToolCall, on_delete=models.PROTECT, related_name="approvals")
+    state = FSMField(default=State.PENDING, choices=State.choices, protected=True)
+    # What exactly is approved: these arguments, on this revision of the object, in this scope.
+    args = models.JSONField()
+    args_digest = models.CharField(max_length=64)
+    object_ref = models.CharField(max_length=200)
+    object_revision = models.PositiveIntegerField(null=True, blank=True)
+    permission = models.CharField(max_length=100)
+    policy = models.ForeignKey(Policy, on_delete=models.PROTECT)
+    policy_version = models.PositiveIntegerField()
+    rule_name = models.CharField(max_length=200)
+    risk = models.CharField(max_length=20)
+    required_approvers = models.PositiveSmallIntegerField()
+    summary = models.TextField()
+    summary_hash = models.CharField(max_length=64)
+    # The person on whose behalf the agent asked: never an approver of it.
+    requested_by = models.ForeignKey(
+        User, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    expires_at = models.DateTimeField()
+    escalated_at = models.DateTimeField(null=True, blank=True)
+    notified_at = models.DateTimeField(null=True, blank=True)
+    # Bumped by every change: a form rendered at another version is stale.
+    version = models.PositiveIntegerField(default=1)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["expires_at"]
+        indexes = [models.Index(fields=["tenant", "state", "expires_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.id} {self.state}"
+
+    @property
+    def is_open(self) -> bool:
+        return self.state in self.OPEN_STATES
+
+    @transition(field=state, source=State.PENDING, target=State.APPROVED)
+    def approve(self) -> None:
+        pass
+
+    @transition(field=state, source=State.PENDING, target=State.REJECTED)
+    def reject(self) -> None:
+        pass
+
+    @transition(field=state, source=State.APPROVED, target=State.CONSUMED)
+    def consume(self) -> None:
+        """Used once, by the dispatch it authorizes."""
+
+    @transition(field=state, source=OPEN_STATES, target=State.EXPIRED)
+    def expire(self) -> None:
+        pass
+
+    @transition(field=state, source=OPEN_STATES, target=State.INVALIDATED)
+    def invalidate(self) -> None:
+        pass
+
+    @transition(field=state, source=OPEN_STATES, target=State.CANCELLED)
+    def cancel(self) -> None:
+        pass
+
+
+class ApprovalDecision(models.Model):
+    """One person's decision, with what they were shown."""
+
+    class Kind(models.TextChoices):
+        APPROVE = "approve"
+        REJECT = "reject"
+        APPROVE_WITH_EDITS = "approve_with_edits"
+
+    approval = models.ForeignKey(Approval, on_delete=models.PROTECT, related_name="decisions")
+    user = models.ForeignKey(User, on_delete=models.PROTECT, related_name="+")
+    decision = models.CharField(max_length=20, choices=Kind.choices)
+    reason = models.TextField(blank=True)
+    summary_hash = models.CharField(max_length=64)
+    # {"field": {"from": old, "to": new}} for approve_with_edits.
+    edit_diff = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        constraints = [
+            # The same person twice counts once.
+            models.UniqueConstraint(fields=["approval", "user"], name="decision_one_per_person")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} {self.decision} {self.approval_id}"

@@ -12,6 +12,7 @@ urlpatterns = [
     path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("runs/", include("runs.urls")),
+    path("approvals/", include("approvals.urls")),
     path("api/v1/", api.urls),
     path("admin/", admin.site.urls),
 ]

@@ -130,6 +130,9 @@ class Ids:
     causation_id: str = ""
 
 
+NO_IDS = Ids()
+
+
 def append(
     *,
     run: Run,
@@ -137,7 +140,7 @@ def append(
     payload: dict[str, Any],
     producer: str,
     actor: str = "",
-    ids: Ids = Ids(),
+    ids: Ids = NO_IDS,
     occurred_at: datetime | None = None,
 ) -> Event:
     """Append one event to the run's log, inside the caller's transaction."""

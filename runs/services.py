@@ -11,9 +11,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django_fsm import can_proceed
 
-from runs import events
+from runs import events, transitions
 from runs.canonical import digest
 from runs.errors import DomainError, not_found
 from runs.event_types import RUN_TRANSITION_EVENTS
@@ -153,21 +152,18 @@ def _same_request(run: Run, request_digest: str) -> Run:
 
 def run_transition(run: Run, action: str, *, actor: str, reason: str = "", producer: str) -> Run:
     """Apply one Run transition and log it. The caller holds the row lock in a transaction."""
-    before = run.state
-    method = getattr(run, action)
-    if not can_proceed(method):
-        raise DomainError(
-            "run.invalid_state", f"Run {run.pk} is {before}; it cannot {action.replace('_', ' ')}."
-        )
-    method()
-    run.save(update_fields=["state", "updated_at"])
-    events.append(
-        run=run,
+    transitions.apply(
+        run,
+        action,
+        field="state",
         event_type=RUN_TRANSITION_EVENTS[action],
-        payload={"from": before, "to": run.state, "reason": reason},
-        producer=producer,
+        run=run,
         actor=actor,
+        producer=producer,
+        reason=reason,
+        refusal="run.invalid_state",
     )
+    run.save(update_fields=["state", "updated_at"])
     return run
 
 

@@ -91,6 +91,21 @@ class WaitQuery(Schema):
     wait: float = Field(0, ge=0, le=MAX_WAIT_SECONDS)
 
 
+def approval_out(call: ToolCall) -> dict[str, Any] | None:
+    approval = call.approvals.order_by("-created_at").first()
+    if approval is None:
+        return None
+    return {
+        "approval_id": approval.pk,
+        "state": approval.state,
+        "required_approvers": approval.required_approvers,
+        "approvals": approval.decisions.exclude(decision="reject").count(),
+        "rule": approval.rule_name,
+        "policy_version": approval.policy_version,
+        "expires_at": approval.expires_at,
+    }
+
+
 def tool_call_out(call: ToolCall) -> dict[str, Any]:
     compensation = getattr(call, "compensation", None) if call.pk else None
     return {
@@ -106,7 +121,7 @@ def tool_call_out(call: ToolCall) -> dict[str, Any]:
         "external_request_id": call.external_request_id,
         "execution_status": call.execution_status,
         "verification_status": call.verification_status,
-        "approval": None,
+        "approval": approval_out(call),
         "external_id": call.external_id,
         "result": call.result,
         "last_error": (
@@ -145,6 +160,7 @@ def propose_tool_call(
         object_ref=payload.object.ref if payload.object else "",
         object_revision=payload.object.revision if payload.object else None,
         actor=actor_for_key(request.auth),
+        requested_by=request.auth.principal,
     )
     if not created:
         response["Idempotent-Replayed"] = "true"

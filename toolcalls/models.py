@@ -116,9 +116,11 @@ class ToolCall(FSMModelMixin, models.Model):
 
     # --- execution ------------------------------------------------------------------------
 
-    @transition(field=execution_status, source=E.PROPOSED, target=E.AWAITING_APPROVAL)
+    @transition(
+        field=execution_status, source=[E.PROPOSED, E.AUTHORIZED], target=E.AWAITING_APPROVAL
+    )
     def request_approval(self) -> None:
-        pass
+        """From authorized when a re-dispatch finds its arguments, object or policy changed."""
 
     @transition(
         field=execution_status,

@@ -45,6 +45,10 @@ def _execution(rows: Rows, event: Event, payload: dict[str, Any]) -> None:
         row["external_id"] = payload["external_id"]
 
 
+def _args_edited(rows: Rows, event: Event, payload: dict[str, Any]) -> None:
+    rows[event.tool_call_id]["args_digest"] = payload["to_digest"]
+
+
 def _verification(rows: Rows, event: Event, payload: dict[str, Any]) -> None:
     rows[event.tool_call_id]["verification_status"] = payload["to"]
 
@@ -55,6 +59,7 @@ register_projection(
         load_stored=_stored,
         reducers={
             "tool_call.proposed": _proposed,
+            "tool_call.args_edited": _args_edited,
             **{event_type: _execution for event_type in EXECUTION_EVENTS.values()},
             **{event_type: _verification for event_type in VERIFICATION_EVENTS.values()},
         },

@@ -23,14 +23,14 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
-from django_fsm import can_proceed
 
-from runs import events, outbox
+from approvals import gate
+from runs import events, outbox, transitions
 from runs.canonical import digest
 from runs.errors import DomainError, not_found
 from runs.faults import crashpoint
 from runs.ids import new_id
-from runs.models import Decision, Run, Tenant
+from runs.models import Decision, Run, Tenant, User
 from runs.selectors import run_get
 from runs.services import run_transition
 from toolcalls import breaker, capabilities, connectors
@@ -62,46 +62,46 @@ def _iso(moment: datetime) -> str:
     return moment.isoformat()
 
 
-def _log(call: ToolCall, event_type: str, payload: dict[str, Any], *, actor: str, producer: str):
+def call_ids(call: ToolCall) -> events.Ids:
+    return events.Ids(
+        tool_call_id=call.pk, capability_id=call.capability_id, decision_id=call.decision_id or ""
+    )
+
+
+def log_call_event(
+    call: ToolCall, event_type: str, payload: dict[str, Any], *, actor: str, producer: str
+):
     return events.append(
         run=call.run,
         event_type=event_type,
         payload=payload,
         producer=producer,
         actor=actor,
-        ids=events.Ids(
-            tool_call_id=call.pk,
-            capability_id=call.capability_id,
-            decision_id=call.decision_id or "",
-        ),
+        ids=call_ids(call),
     )
 
 
-def _transition(
+def call_transition(
     call: ToolCall, action: str, *, actor: str, producer: str, reason: str = "", **details: Any
 ) -> None:
     """Apply one transition of either machine and log it; the caller saves the call."""
-    before = (call.execution_status, call.verification_status)
-    method = getattr(call, action)
-    if not can_proceed(method):
-        raise DomainError(
-            "tool_call.invalid_state",
-            f"Tool call {call.pk} is {before[0]} (verification {before[1]}); "
-            f"it cannot {action.replace('_', ' ')}.",
-        )
-    method()
-    if action in VERIFICATION_EVENTS:
-        event_type, was, now = VERIFICATION_EVENTS[action], before[1], call.verification_status
-    else:
-        event_type, was, now = EXECUTION_EVENTS[action], before[0], call.execution_status
-    payload = {"from": was, "to": now}
-    if reason:
-        payload["reason"] = reason
-    payload.update({key: value for key, value in details.items() if value not in (None, "")})
-    _log(call, event_type, payload, actor=actor, producer=producer)
+    verification = action in VERIFICATION_EVENTS
+    transitions.apply(
+        call,
+        action,
+        field="verification_status" if verification else "execution_status",
+        event_type=VERIFICATION_EVENTS[action] if verification else EXECUTION_EVENTS[action],
+        run=call.run,
+        actor=actor,
+        producer=producer,
+        ids=call_ids(call),
+        reason=reason,
+        refusal="tool_call.invalid_state",
+        **details,
+    )
 
 
-def _lock(tool_call_id: str) -> ToolCall | None:
+def lock_call(tool_call_id: str) -> ToolCall | None:
     return (
         ToolCall.objects.select_for_update(of=("self",))
         .select_related("run", "tenant")
@@ -111,7 +111,7 @@ def _lock(tool_call_id: str) -> ToolCall | None:
 
 
 def _lock_for_tenant(tenant: Tenant, tool_call_id: str) -> ToolCall:
-    call = _lock(tool_call_id)
+    call = lock_call(tool_call_id)
     if call is None or call.tenant_id != tenant.pk:
         raise not_found("tool call", tool_call_id)
     return call
@@ -147,6 +147,7 @@ def tool_call_propose(
     object_ref: str = "",
     object_revision: int | None = None,
     decision_id: str | None = None,
+    requested_by: User | None = None,
 ) -> tuple[ToolCall, bool]:
     """Validate and record a proposed call. Returns (call, created); the same key with the
     same arguments returns the existing call, with other arguments it is a conflict."""
@@ -170,7 +171,7 @@ def tool_call_propose(
     existing = ToolCall.objects.filter(tenant=tenant, idempotency_key=key).first()
     if existing:
         return _same_call(existing, args_digest), False
-    problems = _business_check(tenant, capability, args)
+    problems = business_check(tenant, capability, args)
     if problems:
         raise _invalid(problems)
     try:
@@ -188,6 +189,7 @@ def tool_call_propose(
                 object_revision=object_revision,
                 decision=decision,
                 actor=actor,
+                requested_by=requested_by,
             )
     except IntegrityError:
         # A concurrent proposal with the same key committed first.
@@ -203,7 +205,7 @@ def _invalid(problems: list[dict[str, str]]) -> DomainError:
     )
 
 
-def _business_check(tenant: Tenant, capability: Capability, args: dict) -> list[dict]:
+def business_check(tenant: Tenant, capability: Capability, args: dict) -> list[dict]:
     try:
         return capability.business_check(TrustedData(tenant.slug), args)
     except UpstreamUnavailable as exc:
@@ -254,6 +256,7 @@ def _create_call(
     object_revision: int | None,
     decision: Decision | None,
     actor: str,
+    requested_by: User | None = None,
     compensation_of: ToolCall | None = None,
 ) -> ToolCall:
     if run.tool_calls.count() >= run.max_tool_calls:
@@ -286,7 +289,7 @@ def _create_call(
         compensation_of=compensation_of,
     )
     call.save(force_insert=True)
-    _log(
+    log_call_event(
         call,
         "tool_call.proposed",
         {
@@ -305,13 +308,33 @@ def _create_call(
         actor=actor,
         producer="api",
     )
-    # The approvals issue puts its policy here; until then nothing holds a call back.
-    _authorize(call, actor=actor, producer="api", reason="no policy holds this call back")
+    needed = gate.requirement_for(call, capability)
+    if needed.approvers:
+        call_transition(
+            call,
+            "request_approval",
+            actor=actor,
+            producer="api",
+            reason=f"policy v{needed.policy.version}: {needed.rule_name}",
+        )
+        call.save()
+        gate.open_approval(
+            call, capability, needed, actor=actor, producer="api", requested_by=requested_by
+        )
+    else:
+        call_authorize(
+            call,
+            actor=actor,
+            producer="api",
+            reason=f"policy v{needed.policy.version} asks no approver",
+        )
     return call
 
 
-def _authorize(call: ToolCall, *, actor: str, producer: str, reason: str, **details: Any) -> None:
-    _transition(call, "authorize", actor=actor, producer=producer, reason=reason, **details)
+def call_authorize(
+    call: ToolCall, *, actor: str, producer: str, reason: str, **details: Any
+) -> None:
+    call_transition(call, "authorize", actor=actor, producer=producer, reason=reason, **details)
     call.save()
     countdown = 0.0
     if call.next_attempt_at:
@@ -359,7 +382,7 @@ def dispatch(tool_call_id: str, *, outbox_id: str | None = None, worker: str = "
 @transaction.atomic
 def _claim(tool_call_id: str, outbox_id: str | None, worker: str) -> Claim | None:
     outbox.mark_done(outbox_id)
-    call = _lock(tool_call_id)
+    call = lock_call(tool_call_id)
     if call is None or call.execution_status != E.AUTHORIZED:
         return None  # Somebody else claimed it, or it moved on: a duplicate message.
     now = timezone.now()
@@ -367,14 +390,16 @@ def _claim(tool_call_id: str, outbox_id: str | None, worker: str) -> Claim | Non
         return None  # Early: the message scheduled for next_attempt_at will come.
     run, system = call.run, "system:dispatcher"
     if not run.is_open:
-        _transition(call, "cancel", actor=system, producer="dispatcher", reason=f"run {run.state}")
+        call_transition(
+            call, "cancel", actor=system, producer="dispatcher", reason=f"run {run.state}"
+        )
         call.save()
         return None
     capability = _capability(call)
     refusal = _refuse_before_sending(call, run, now)
     if refusal:
         call.last_error_name, call.last_error_message = refusal
-        _transition(
+        call_transition(
             call,
             "fail",
             actor=system,
@@ -388,7 +413,7 @@ def _claim(tool_call_id: str, outbox_id: str | None, worker: str) -> Claim | Non
     if wait_until:
         call.next_attempt_at = wait_until
         call.save()
-        _log(
+        log_call_event(
             call,
             "tool_call.deferred",
             {
@@ -400,6 +425,33 @@ def _claim(tool_call_id: str, outbox_id: str | None, worker: str) -> Claim | Non
             producer="dispatcher",
         )
         outbox.enqueue(DISPATCH_TASK, call.pk, countdown=(wait_until - now).total_seconds())
+        return None
+    admission = gate.admit_dispatch(call, capability, system)
+    if admission == "needs_approval":
+        needed = gate.requirement_for(call, capability)
+        call_transition(
+            call,
+            "request_approval",
+            actor=system,
+            producer="dispatcher",
+            reason="asked again: the arguments, object or policy changed",
+        )
+        call.save()
+        gate.open_approval(
+            call, capability, needed, actor=system, producer="dispatcher", requested_by=None
+        )
+        return None
+    if admission != "ok":
+        call.last_error_name, call.last_error_message = admission
+        call_transition(
+            call,
+            "fail",
+            actor=system,
+            producer="dispatcher",
+            error_name=admission[0],
+            message=admission[1],
+        )
+        call.save()
         return None
     call.fencing_token += 1
     number = call.attempts.count() + 1
@@ -414,7 +466,7 @@ def _claim(tool_call_id: str, outbox_id: str | None, worker: str) -> Claim | Non
     )
     call.lease_expires_at = lease
     call.next_attempt_at = None
-    _transition(
+    call_transition(
         call,
         "claim",
         actor=system,
@@ -524,7 +576,7 @@ def backoff(policy: capabilities.RetryPolicy, failures: int, retry_after: float 
 
 @transaction.atomic
 def record_outcome(claim: Claim, outcome: Outcome) -> None:
-    call = _lock(claim.tool_call_id)
+    call = lock_call(claim.tool_call_id)
     attempt = Attempt.objects.get(pk=claim.attempt_id)
     now = timezone.now()
     attempt.ended_at = now
@@ -542,7 +594,7 @@ def record_outcome(claim: Claim, outcome: Outcome) -> None:
             call.fencing_token,
             call.execution_status,
         )
-        _log(
+        log_call_event(
             call,
             "tool_call.stale_result_refused",
             {
@@ -588,11 +640,11 @@ def record_outcome(claim: Claim, outcome: Outcome) -> None:
         "attempt_id": attempt.pk,
     }
     if outcome.kind == "rejected":
-        _transition(call, "fail", actor=system, producer="dispatcher", **details)
+        call_transition(call, "fail", actor=system, producer="dispatcher", **details)
         call.save()
         return
     if outcome.kind == "unknown":
-        _transition(call, "mark_unknown", actor=system, producer="dispatcher", **details)
+        call_transition(call, "mark_unknown", actor=system, producer="dispatcher", **details)
         call.save()
         outbox.enqueue(RECONCILE_TASK, call.pk, countdown=capability.consistency_window)
         return
@@ -600,12 +652,12 @@ def record_outcome(claim: Claim, outcome: Outcome) -> None:
     failures = call.attempts.filter(error_name=outcome.error_name).count()
     if policy is None or failures >= policy.max_attempts:
         details["message"] = f"gave up after {failures} attempts: {outcome.message}"
-        _transition(call, "fail", actor=system, producer="dispatcher", **details)
+        call_transition(call, "fail", actor=system, producer="dispatcher", **details)
         call.save()
         return
     delay = backoff(policy, failures, outcome.retry_after)
     call.next_attempt_at = now + timedelta(seconds=delay)
-    _authorize(
+    call_authorize(
         call,
         actor=system,
         producer="dispatcher",
@@ -639,7 +691,7 @@ def _accept(
         raw_response=body,
     )
     call.external_id, call.result = external_id, body
-    _transition(
+    call_transition(
         call,
         "accept",
         actor=actor,
@@ -651,14 +703,16 @@ def _accept(
         evidence=evidence,
     )
     if capability.completes_on_response:
-        _transition(call, "complete", actor=actor, producer=producer)
+        call_transition(call, "complete", actor=actor, producer=producer)
         if capability.kind == "write":
             # The object changed: calls computed from its old revision must not run.
-            ObjectRevision.objects.filter(tenant_id=call.tenant_id, ref=call.object_ref).update(
-                revision=F("revision") + 1
-            )
+            moved = ObjectRevision.objects.filter(
+                tenant_id=call.tenant_id, ref=call.object_ref
+            ).update(revision=F("revision") + 1)
+            if moved:
+                gate.invalidate_for_object(call, call.object_ref, actor)
     if capability.verify is None:
-        _transition(
+        call_transition(
             call,
             "confirm_success",
             actor=actor,
@@ -666,7 +720,7 @@ def _accept(
             reason="a read observes the system itself",
         )
     else:
-        _transition(call, "await_verification", actor=actor, producer=producer)
+        call_transition(call, "await_verification", actor=actor, producer=producer)
         outbox.enqueue(VERIFY_TASK, call.pk)
     call.save()
 
@@ -685,7 +739,7 @@ def reconcile(tool_call_id: str, *, outbox_id: str | None = None) -> None:
     token = call.fencing_token
     found, body, error_name = _look_up(call, capability)
     with transaction.atomic():
-        call = _lock(tool_call_id)
+        call = lock_call(tool_call_id)
         if call.fencing_token != token or call.execution_status not in (
             E.RESULT_UNKNOWN,
             E.NEEDS_HUMAN,
@@ -726,7 +780,7 @@ def _apply_lookup(
     sent_at = (last_attempt.ended_at or last_attempt.started_at) if last_attempt else now
     elapsed = (now - sent_at).total_seconds()
     within_window = elapsed < capability.consistency_window
-    _log(
+    log_call_event(
         call,
         "tool_call.looked_up",
         {
@@ -754,7 +808,7 @@ def _apply_lookup(
         return  # A person owns it now; a miss changes nothing.
     if error_name == "tool.no_lookup" and capability.remote_dedupe_window:
         # No look-up, but the system deduplicates our key: sending again cannot double it.
-        _authorize(
+        call_authorize(
             call,
             actor=system,
             producer="reconciler",
@@ -762,7 +816,7 @@ def _apply_lookup(
         )
         return
     if not error_name and not within_window:
-        _authorize(
+        call_authorize(
             call,
             actor=system,
             producer="reconciler",
@@ -771,15 +825,15 @@ def _apply_lookup(
         )
         return
     if call.lookups >= capability.max_lookups or error_name == "tool.no_lookup":
-        _hand_to_human(call, system, f"outcome still unknown after {call.lookups} look-ups")
+        call_hand_to_human(call, system, f"outcome still unknown after {call.lookups} look-ups")
         return
     wait = capability.consistency_window - elapsed if within_window else 2.0**call.lookups
     call.save()
     outbox.enqueue(RECONCILE_TASK, call.pk, countdown=max(wait, 0.5))
 
 
-def _hand_to_human(call: ToolCall, actor: str, reason: str) -> None:
-    _transition(call, "hand_to_human", actor=actor, producer="reconciler", reason=reason)
+def call_hand_to_human(call: ToolCall, actor: str, reason: str) -> None:
+    call_transition(call, "hand_to_human", actor=actor, producer="reconciler", reason=reason)
     call.save()
     run = Run.objects.select_for_update().get(pk=call.run_id)
     if run.state in (Run.State.ACTIVE, Run.State.WAITING):
@@ -804,20 +858,20 @@ def verify(tool_call_id: str, *, outbox_id: str | None = None) -> None:
     except UpstreamUnavailable:
         judgment = "unavailable"
     with transaction.atomic():
-        call = _lock(tool_call_id)
+        call = lock_call(tool_call_id)
         if call.verification_status != V.PENDING:
             return
         call.verifications += 1
         system = "system:verifier"
         if judgment in ("confirmed_success", "confirmed_failure"):
             action = "confirm_success" if judgment == "confirmed_success" else "confirm_failure"
-            _transition(call, action, actor=system, producer="verifier")
+            call_transition(call, action, actor=system, producer="verifier")
             call.save()
             if action == "confirm_success" and call.compensation_of_id:
                 _finish_compensation(call, system)
             return
         if call.verifications >= MAX_VERIFICATIONS:
-            _transition(
+            call_transition(
                 call,
                 "find_inconclusive",
                 actor=system,
@@ -831,9 +885,9 @@ def verify(tool_call_id: str, *, outbox_id: str | None = None) -> None:
 
 
 def _finish_compensation(compensation: ToolCall, actor: str) -> None:
-    original = _lock(compensation.compensation_of_id)
+    original = lock_call(compensation.compensation_of_id)
     if original.execution_status == E.COMPENSATING:
-        _transition(
+        call_transition(
             original,
             "finish_compensation",
             actor=actor,
@@ -864,7 +918,7 @@ def tool_call_retry(*, tenant: Tenant, tool_call_id: str, actor: str) -> ToolCal
         if not call.run.is_open:
             raise DomainError("run.closed", f"Run {call.run_id} is {call.run.state}.")
         call.next_attempt_at = None
-        _authorize(call, actor=actor, producer="api", reason="retry asked; same key")
+        call_authorize(call, actor=actor, producer="api", reason="retry asked; same key")
         return call
 
 
@@ -901,7 +955,7 @@ def tool_call_compensate(*, tenant: Tenant, tool_call_id: str, actor: str) -> tu
         )
     compensating = capabilities.get(capability.compensation)
     args = capability.compensation_args(original.external_id, original.args)
-    problems = _business_check(tenant, compensating, args)
+    problems = business_check(tenant, compensating, args)
     if problems:
         raise _invalid(problems)
     object_ref = compensating.object_ref(args)
@@ -909,7 +963,7 @@ def tool_call_compensate(*, tenant: Tenant, tool_call_id: str, actor: str) -> tu
     try:
         with transaction.atomic():
             original = _lock_for_tenant(tenant, tool_call_id)
-            _transition(
+            call_transition(
                 original,
                 "start_compensation",
                 actor=actor,
@@ -953,7 +1007,7 @@ def cancel_open_calls(run: Run, *, actor: str, reason: str) -> list[ToolCall]:
     in_flight = []
     for call in ToolCall.objects.select_for_update().filter(run=run).select_related("run"):
         if call.execution_status in (E.PROPOSED, E.AWAITING_APPROVAL, E.AUTHORIZED):
-            _transition(call, "cancel", actor=actor, producer="api", reason=reason)
+            call_transition(call, "cancel", actor=actor, producer="api", reason=reason)
             call.save()
         elif call.execution_status in (E.DISPATCHING, E.RESULT_UNKNOWN, E.ACCEPTED):
             in_flight.append(call)
@@ -975,7 +1029,7 @@ def sweep_expired_leases(limit: int = 500) -> int:
     swept = 0
     for tool_call_id in expired:
         with transaction.atomic():
-            call = _lock(tool_call_id)
+            call = lock_call(tool_call_id)
             if call.execution_status != E.DISPATCHING or call.lease_expires_at >= now:
                 continue
             Attempt.objects.filter(
@@ -990,7 +1044,7 @@ def sweep_expired_leases(limit: int = 500) -> int:
             call.lease_expires_at = None
             call.last_error_name = "tool.lease_expired"
             call.last_error_message = "the worker's lease expired; it may have sent the request"
-            _transition(
+            call_transition(
                 call,
                 "mark_unknown",
                 actor="system:sweeper",

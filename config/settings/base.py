@@ -90,6 +90,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "approvals.context_processors.pending_approvals",
             ],
         },
     },
@@ -227,7 +228,11 @@ LEASE_MARGIN_SECONDS = float(os.environ.get("LEASE_MARGIN_SECONDS", "10"))
 OUTBOX_REPUBLISH_AFTER_SECONDS = float(os.environ.get("OUTBOX_REPUBLISH_AFTER_SECONDS", "30"))
 # How often beat sweeps: expired leases, outbox messages nobody took.
 SWEEP_INTERVAL_SECONDS = float(os.environ.get("SWEEP_INTERVAL_SECONDS", "10"))
+# How often beat expires due approvals and escalates those close to expiry.
+APPROVAL_SWEEP_SECONDS = float(os.environ.get("APPROVAL_SWEEP_SECONDS", "60"))
 CELERY_BEAT_SCHEDULE = {
+    "expire-approvals": {"task": "approvals.expire", "schedule": APPROVAL_SWEEP_SECONDS},
+    "escalate-approvals": {"task": "approvals.escalate", "schedule": APPROVAL_SWEEP_SECONDS},
     "sweep-outbox": {"task": "runs.sweep_outbox", "schedule": SWEEP_INTERVAL_SECONDS},
     "sweep-leases": {"task": "toolcalls.sweep_leases", "schedule": SWEEP_INTERVAL_SECONDS},
 }

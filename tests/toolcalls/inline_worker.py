@@ -1,4 +1,4 @@
-"""Runs due outbox messages in the test's own thread: the services a Celery worker would call,
+"""Runs due outbox messages in the test's own thread: the tasks a Celery worker would run,
 without the broker, so that a test can put faults and crashes between precise steps."""
 
 from __future__ import annotations
@@ -7,14 +7,11 @@ import time
 
 from django.utils import timezone
 
+from config.celery_app import app
 from runs.models import OutboxMessage
-from toolcalls import services
 
-TASKS = {
-    "toolcalls.dispatch": services.dispatch,
-    "toolcalls.reconcile": services.reconcile,
-    "toolcalls.verify": services.verify,
-}
+# A worker imports every app's tasks module at start; so does this one.
+app.loader.import_default_modules()
 
 
 def run_due(max_rounds: int = 50) -> int:
@@ -29,7 +26,8 @@ def run_due(max_rounds: int = 50) -> int:
         if not due:
             return ran
         for message in due:
-            TASKS[message.task](*message.args, outbox_id=message.pk)
+            # Calling a task object runs its body here, as a worker would.
+            app.tasks[message.task](*message.args, outbox_id=message.pk)
             ran += 1
     raise AssertionError("the outbox never drained: a loop of messages?")
 

@@ -1,0 +1,26 @@
+"""Celery tasks of approvals: thin, take ids, call a service."""
+
+from __future__ import annotations
+
+from celery import shared_task
+from django.db import transaction
+
+from approvals import services
+from runs import outbox
+
+
+@shared_task(name="approvals.notify")
+def notify(approval_id: str, outbox_id: str | None = None) -> int:
+    with transaction.atomic():
+        outbox.mark_done(outbox_id)
+    return services.notify_approvers(approval_id)
+
+
+@shared_task(name="approvals.expire")
+def expire() -> int:
+    return services.expire_due()
+
+
+@shared_task(name="approvals.escalate")
+def escalate() -> int:
+    return services.escalate_due()

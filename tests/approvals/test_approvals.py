@@ -1,0 +1,361 @@
+"""Policy, binding, quorum, edits, consumption, invalidation, expiry and notification."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.core import mail
+from django.core.management import call_command
+from django.db import connections
+
+from approvals import services as approval_services
+from approvals.models import Approval, Policy
+from runs.models import Run, Tenant, User
+from tests.approvals.conftest import BIG_REFUND, browser, decide, propose
+from tests.conftest import ApiClient, make_user
+from tests.sandbox_process import Sandbox
+from tests.toolcalls.inline_worker import run_due
+from toolcalls import services as call_services
+from toolcalls.models import ToolCall
+
+
+def approval_of(call: dict) -> Approval:
+    return Approval.objects.filter(tool_call_id=call["tool_call_id"]).latest("created_at")
+
+
+def test_a_small_refund_needs_nobody(agent: ApiClient, sandbox: Sandbox) -> None:
+    call = propose(agent, {**BIG_REFUND, "amount_cents": 1500})
+    assert call["execution_status"] == "authorized"
+    assert call["approval"] is None
+
+
+def test_a_refund_over_200_waits_for_one_approver(
+    agent: ApiClient, approver: User, sandbox: Sandbox
+) -> None:
+    call = propose(agent)
+    assert call["execution_status"] == "awaiting_approval"
+    assert call["approval"]["state"] == "pending"
+    assert call["approval"]["required_approvers"] == 1
+    assert call["approval"]["rule"] == "refunds over $200"
+    assert Run.objects.get(pk=call["run_id"]).state == "waiting"
+    approval = approval_of(call)
+    assert (approval.args_digest, approval.object_ref) == (call["args_digest"], "order:order-003")
+    assert approval.policy_version == 1
+    response = decide(browser(approver), approval, "approve")
+    assert response.status_code == 302
+    call = agent.get(f"/api/v1/tool-calls/{call['tool_call_id']}").json()
+    assert call["execution_status"] == "authorized"
+    assert call["approval"]["state"] == "approved"
+    assert Run.objects.get(pk=call["run_id"]).state == "active"
+    run_due()
+    call = agent.get(f"/api/v1/tool-calls/{call['tool_call_id']}").json()
+    assert (call["execution_status"], call["approval"]["state"]) == ("completed", "consumed")
+    assert len(sandbox.ledger("payments")) == 1
+    call_command("rebuild_projections", "--verify")
+
+
+def test_two_distinct_approvers_over_1000_and_twice_counts_once(
+    agent: ApiClient, approver: User, bob: User, sandbox: Sandbox
+) -> None:
+    call = propose(agent, {**BIG_REFUND, "amount_cents": 120000})
+    approval = approval_of(call)
+    assert approval.required_approvers == 2
+    alice = browser(approver)
+    assert decide(alice, approval, "approve").status_code == 302
+    approval.refresh_from_db()
+    again = decide(alice, approval, "approve")
+    assert again.status_code == 409
+    assert "different people" in again.content.decode()
+    approval.refresh_from_db()
+    assert approval.state == "pending"
+    assert decide(browser(bob), approval, "approve").status_code == 302
+    approval.refresh_from_db()
+    assert approval.state == "approved"
+
+
+def test_the_requester_cannot_approve(agent: ApiClient, owner: User, sandbox: Sandbox) -> None:
+    approval = approval_of(propose(agent))
+    response = decide(browser(owner), approval, "approve")
+    assert response.status_code == 403
+    assert "someone else must decide" in response.content.decode()
+    approval.refresh_from_db()
+    assert approval.state == "pending"
+
+
+def test_viewers_cannot_decide(agent: ApiClient, viewer: User, sandbox: Sandbox) -> None:
+    approval = approval_of(propose(agent))
+    assert decide(browser(viewer), approval, "approve").status_code == 403
+    assert browser(viewer).get(f"/approvals/{approval.pk}/").status_code == 200
+
+
+def test_another_tenants_approval_is_not_found(
+    agent: ApiClient, other_tenant: Tenant, sandbox: Sandbox
+) -> None:
+    approval = approval_of(propose(agent))
+    outsider = browser(make_user("mallory", other_tenant, User.Role.ADMIN))
+    assert outsider.get(f"/approvals/{approval.pk}/").status_code == 404
+    assert decide(outsider, approval, "approve").status_code == 404
+    approval.refresh_from_db()
+    assert approval.state == "pending"
+
+
+def test_reject_needs_a_reason_and_rejects_the_call(
+    agent: ApiClient, approver: User, sandbox: Sandbox
+) -> None:
+    call = propose(agent)
+    approval = approval_of(call)
+    alice = browser(approver)
+    assert decide(alice, approval, "reject", reason="").status_code == 422
+    assert decide(alice, approval, "reject", reason="customer already refunded").status_code == 302
+    approval.refresh_from_db()
+    assert approval.state == "rejected"
+    assert ToolCall.objects.get(pk=call["tool_call_id"]).execution_status == "rejected"
+    run_due()
+    assert sandbox.ledger() == []
+
+
+def test_a_stale_page_is_refused_saying_what_changed(
+    agent: ApiClient, approver: User, bob: User, sandbox: Sandbox
+) -> None:
+    approval = approval_of(propose(agent))
+    seen = Approval.objects.get(pk=approval.pk)  # bob's page, rendered now
+    decide(browser(approver), approval, "approve")
+    response = decide(browser(bob), seen, "approve")
+    assert response.status_code == 409
+    page = response.content.decode()
+    assert "already approved by alice" in page
+    assert "Approved" in page  # the banner shows the current state
+
+
+def test_a_changed_summary_hash_is_refused(agent: ApiClient, approver: User, sandbox) -> None:
+    approval = approval_of(propose(agent))
+    approval.summary_hash = "0" * 64
+    response = decide(browser(approver), approval, "approve")
+    assert response.status_code == 409
+    assert "changed since your page was rendered" in response.content.decode()
+
+
+def test_approve_with_edits_lowers_the_amount(
+    agent: ApiClient, approver: User, sandbox: Sandbox
+) -> None:
+    call = propose(agent)
+    approval = approval_of(call)
+    response = decide(
+        browser(approver), approval, "edit", edit__amount_cents="15000", reason="half is fair"
+    )
+    assert response.status_code == 302
+    tool_call = ToolCall.objects.get(pk=call["tool_call_id"])
+    assert tool_call.args["amount_cents"] == 15000
+    assert tool_call.args_digest != call["args_digest"]
+    assert tool_call.execution_status == "authorized"  # $150 needs nobody
+    approval.refresh_from_db()
+    assert approval.state == "invalidated"
+    assert approval.decisions.get().edit_diff == {"amount_cents": {"from": 25000, "to": 15000}}
+    run_due()
+    (effect,) = sandbox.ledger("payments")
+    assert effect["payload"]["amount_cents"] == 15000
+    call_command("rebuild_projections", "--verify")
+
+
+def test_an_edit_that_raises_the_amount_needs_more_approvers(
+    agent: ApiClient, approver: User, bob: User, sandbox: Sandbox
+) -> None:
+    call = propose(agent)
+    approval = approval_of(call)
+    decide(browser(approver), approval, "edit", edit__amount_cents="120000")
+    replacement = approval_of(call)
+    assert replacement.pk != approval.pk
+    assert (replacement.required_approvers, replacement.state) == (2, "pending")
+    assert replacement.decisions.count() == 1  # the editor's own
+    decide(browser(bob), replacement, "approve")
+    replacement.refresh_from_db()
+    assert replacement.state == "approved"
+
+
+def test_an_edit_is_validated_like_a_proposal(agent: ApiClient, approver: User, sandbox) -> None:
+    approval = approval_of(propose(agent))
+    response = decide(browser(approver), approval, "edit", edit__amount_cents="99999999")
+    assert response.status_code == 422
+    assert "amount_cents" in response.content.decode()
+    approval.refresh_from_db()
+    assert approval.state == "pending"
+
+
+def test_a_change_of_the_object_invalidates_a_pending_approval(
+    agent: ApiClient, sandbox: Sandbox
+) -> None:
+    run_id = agent.post("/api/v1/runs", {"title": "t"}).json()["run_id"]
+    big = agent.post(
+        f"/api/v1/runs/{run_id}/tool-calls",
+        {
+            "capability": "refund-order-v2",
+            "args": BIG_REFUND,
+            "intent": "big",
+            "object": {"ref": "order:order-003", "revision": 1},
+        },
+    ).json()
+    small = agent.post(
+        f"/api/v1/runs/{run_id}/tool-calls",
+        {
+            "capability": "refund-order-v2",
+            "args": {**BIG_REFUND, "amount_cents": 500},
+            "intent": "small",
+            "object": {"ref": "order:order-003", "revision": 1},
+        },
+    ).json()
+    run_due()  # the small refund completes: order-003 is at revision 2 now
+    assert ToolCall.objects.get(pk=small["tool_call_id"]).execution_status == "completed"
+    assert approval_of(big).state == "invalidated"
+    assert ToolCall.objects.get(pk=big["tool_call_id"]).execution_status == "invalidated"
+
+
+def test_dispatch_refuses_an_expired_approval(agent: ApiClient, approver: User, sandbox) -> None:
+    call = propose(agent)
+    approval = approval_of(call)
+    decide(browser(approver), approval, "approve")
+    Approval.objects.filter(pk=approval.pk).update(expires_at="2000-01-01T00:00:00Z")
+    call_services.dispatch(call["tool_call_id"])
+    tool_call = ToolCall.objects.get(pk=call["tool_call_id"])
+    assert (tool_call.execution_status, tool_call.last_error_name) == ("failed", "approval.expired")
+    assert sandbox.ledger() == []
+
+
+def test_dispatch_refuses_arguments_the_approval_did_not_see(
+    agent: ApiClient, approver: User, sandbox: Sandbox
+) -> None:
+    call = propose(agent)
+    approval = approval_of(call)
+    decide(browser(approver), approval, "approve")
+    ToolCall.objects.filter(pk=call["tool_call_id"]).update(args_digest="tampered")
+    call_services.dispatch(call["tool_call_id"])
+    approval.refresh_from_db()
+    assert approval.state == "invalidated"
+    tool_call = ToolCall.objects.get(pk=call["tool_call_id"])
+    assert tool_call.execution_status == "awaiting_approval"  # people are asked again
+    assert sandbox.ledger() == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_dispatches_consume_an_approval_once(sandbox: Sandbox) -> None:
+    from runs.services import api_key_issue
+
+    tenant = Tenant.objects.create(slug="acme", name="Acme")
+    owner = make_user("agent-owner", tenant, User.Role.VIEWER)
+    alice = make_user("alice", tenant, User.Role.APPROVER)
+    agent = ApiClient(api_key_issue(tenant=tenant, name="a", principal=owner)[1])
+    call = propose(agent)
+    approval = approval_of(call)
+    decide(browser(alice), approval, "approve")
+    barrier = threading.Barrier(4)
+
+    def dispatch() -> None:
+        barrier.wait()
+        call_services.dispatch(call["tool_call_id"])
+        connections.close_all()
+
+    threads = [threading.Thread(target=dispatch) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    tool_call = ToolCall.objects.get(pk=call["tool_call_id"])
+    assert tool_call.attempts.count() == 1
+    assert approval_of(call).state == "consumed"
+    assert tool_call.run.events.filter(event_type="approval.consumed").count() == 1
+    assert len(sandbox.ledger("payments")) == 1
+
+
+def test_expiry_cancels_the_call_and_runs_once(agent: ApiClient, sandbox: Sandbox) -> None:
+    call = propose(agent)
+    approval = approval_of(call)
+    Approval.objects.filter(pk=approval.pk).update(expires_at="2000-01-01T00:00:00Z")
+    assert approval_services.expire_due() == 1
+    assert approval_services.expire_due() == 0
+    approval.refresh_from_db()
+    assert approval.state == "expired"
+    assert ToolCall.objects.get(pk=call["tool_call_id"]).execution_status == "expired"
+    assert Run.objects.get(pk=call["run_id"]).state == "active"
+
+
+def test_expiry_can_hand_the_run_to_a_person(agent: ApiClient, tenant: Tenant, sandbox) -> None:
+    Policy.objects.create(
+        tenant=tenant,
+        capability_id="refund-order-v2",
+        version=1,
+        rules=[{"name": "all", "when": "amount_cents > 0", "approvers": 1}],
+        on_expiry="hand_to_human",
+    )
+    call = propose(agent)
+    Approval.objects.filter(tool_call_id=call["tool_call_id"]).update(
+        expires_at="2000-01-01T00:00:00Z"
+    )
+    approval_services.expire_due()
+    assert Run.objects.get(pk=call["run_id"]).state == "needs_human"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_expiry_sweeps_at_once_change_nothing_twice(sandbox: Sandbox) -> None:
+    from runs.services import api_key_issue
+
+    tenant = Tenant.objects.create(slug="acme", name="Acme")
+    agent = ApiClient(api_key_issue(tenant=tenant, name="a")[1])
+    calls = [propose(agent, intent=f"e{i}") for i in range(3)]
+    Approval.objects.update(expires_at="2000-01-01T00:00:00Z")
+    results: list[int] = []
+    barrier = threading.Barrier(2)
+
+    def sweep() -> None:
+        barrier.wait()
+        results.append(approval_services.expire_due())
+        connections.close_all()
+
+    threads = [threading.Thread(target=sweep) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sum(results) == 3
+    for call in calls:
+        run = Run.objects.get(pk=call["run_id"])
+        assert run.events.filter(event_type="approval.expired").count() == 1
+
+
+def test_escalation_emails_the_group_once(
+    agent: ApiClient, tenant: Tenant, sandbox, django_capture_on_commit_callbacks
+) -> None:
+    Policy.objects.create(
+        tenant=tenant,
+        capability_id="refund-order-v2",
+        version=1,
+        rules=[{"name": "all", "when": "amount_cents > 0", "approvers": 1}],
+        expiry_seconds=600,
+        escalate_before_seconds=3600,
+        escalation_group="lead@acme.example",
+    )
+    propose(agent)
+    mail.outbox.clear()
+    with django_capture_on_commit_callbacks(execute=True):
+        assert approval_services.escalate_due() == 1
+        assert approval_services.escalate_due() == 0
+    assert [m.to for m in mail.outbox] == [["lead@acme.example"]]
+
+
+def test_approvers_are_emailed_a_link(agent: ApiClient, approver: User, bob: User, sandbox):
+    User.objects.filter(pk__in=[approver.pk, bob.pk]).update(email="x@acme.example")
+    call = propose(agent)
+    approval = approval_of(call)
+    mail.outbox.clear()
+    assert approval_services.notify_approvers(approval.pk) == 2
+    assert approval_services.notify_approvers(approval.pk) == 0
+    (message,) = mail.outbox
+    assert f"/approvals/{approval.pk}/" in message.body
+    assert "Refund 250.00 USD on order order-003" in message.subject
+
+
+def test_nothing_happens_on_get(agent: ApiClient, approver: User, sandbox: Sandbox) -> None:
+    approval = approval_of(propose(agent))
+    response = browser(approver).get(f"/approvals/{approval.pk}/decide/?action=approve")
+    assert response.status_code == 405
+    approval.refresh_from_db()
+    assert approval.state == "pending"
