@@ -155,4 +155,5 @@ class ApprovalDecision(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.user} {self.decision} {self.approval_id}"
+        # How the approval page names who decided.
+        return self.user.username

@@ -33,7 +33,7 @@ def _page_context(request: HttpRequest, approval: Approval, **extra: Any) -> dic
         "approval": approval,
         "call": call,
         "capability": capability,
-        "decisions": approval.decisions.select_related("user"),
+        "decisions": list(approval.decisions.select_related("user")),
         "history": selectors.approval_history(approval=approval),
         "now": timezone.now(),
         "can_decide": (
