@@ -79,7 +79,8 @@ def test_an_approval_appears_is_approved_and_dispatched_and_stays_true(
 
     banner = page.locator("#approval-banner")
     expect(banner).to_contain_text("Already decided: approved by alice")
-    expect(banner).to_contain_text(re.compile("execution Completed"), timeout=20_000)  # the worker dispatched it
+    # The worker dispatched it, and the look at the order confirmed the refund.
+    expect(banner).to_contain_text(re.compile("execution Completed"), timeout=20_000)
     expect(banner).to_contain_text(re.compile("Confirmed success", re.I), timeout=20_000)
     page.reload()
     expect(page.locator("#approval-banner")).to_contain_text("Already decided: approved by alice")
