@@ -97,9 +97,13 @@ class Countersign:
             body["object"] = {"ref": object_ref, "revision": object_revision}
         return self._call("POST", f"/runs/{run_id}/tool-calls", body)
 
-    def tool_call(self, tool_call_id: str, wait: float = 0) -> dict[str, Any]:
-        """Read a call; with `wait`, answer as soon as it changes (at most 30 s)."""
-        return self._call("GET", f"/tool-calls/{tool_call_id}", params={"wait": wait})
+    def tool_call(self, tool_call_id: str, wait: float = 0, since: str = "") -> dict[str, Any]:
+        """Read a call; with `wait`, answer as soon as it changes after `since` (the
+        `updated_at` last seen), at most 30 s later."""
+        params: dict[str, Any] = {"wait": wait}
+        if since:
+            params["since"] = since
+        return self._call("GET", f"/tool-calls/{tool_call_id}", params=params)
 
     def wait_settled(self, tool_call_id: str, timeout: float = 120) -> dict[str, Any]:
         """Follow a call until its execution and verification can no longer move by
@@ -107,7 +111,8 @@ class Countersign:
         deadline = time.monotonic() + timeout
         call = self.tool_call(tool_call_id)
         while time.monotonic() < deadline and not is_settled(call):
-            call = self.tool_call(tool_call_id, wait=min(20, max(deadline - time.monotonic(), 0)))
+            wait = min(20, max(deadline - time.monotonic(), 0))
+            call = self.tool_call(tool_call_id, wait=wait, since=call["updated_at"])
         return call
 
 

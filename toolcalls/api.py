@@ -89,6 +89,8 @@ class CapabilityOut(Schema):
 
 class WaitQuery(Schema):
     wait: float = Field(0, ge=0, le=MAX_WAIT_SECONDS)
+    # The `updated_at` the caller last saw: a call that changed since answers at once.
+    since: datetime | None = None
 
 
 def approval_out(call: ToolCall) -> dict[str, Any] | None:
@@ -171,10 +173,13 @@ def propose_tool_call(
 def get_tool_call(
     request: HttpRequest, tool_call_id: str, query: Query[WaitQuery]
 ) -> dict[str, Any]:
-    """Read a call. With `?wait=N` (seconds, at most 30) answer as soon as it changes."""
+    """Read a call. With `?wait=N` (seconds, at most 30) answer as soon as it changes (after
+    `since`, the `updated_at` you last saw, when given); a settled call answers at once."""
     call = selectors.tool_call_get(tenant=request.auth.tenant, tool_call_id=tool_call_id)
     deadline = time.monotonic() + query.wait
-    seen = call.updated_at
+    seen = query.since or call.updated_at
+    if call.updated_at != seen or call.is_settled:
+        return tool_call_out(call)
     while time.monotonic() < deadline:
         time.sleep(0.2)
         call = selectors.tool_call_get(tenant=request.auth.tenant, tool_call_id=tool_call_id)
