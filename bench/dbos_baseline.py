@@ -1,6 +1,7 @@
 """Baseline: DBOS Transact running three-step workflows on PostgreSQL.
 
-    python -m bench.dbos_baseline --database-url postgres://postgres@127.0.0.1:5432/countersign_bench_dbos \
+    python -m bench.dbos_baseline \
+        --database-url postgres://postgres@127.0.0.1:5432/countersign_bench_dbos \
         --workflows 2000 --threads 8 --sandbox-url http://127.0.0.1:8701 --out result.json
 
 Each workflow has three @DBOS.step functions. With `--steps http` (the default) they do the

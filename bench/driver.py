@@ -114,6 +114,8 @@ def drive(
             try:
                 with connection.execute_wrapper(counted):
                     for i in range(offset, calls, threads):
+                        if time.monotonic() > deadline:
+                            break  # out of time: report what was proposed
                         try:
                             tool_call_propose(
                                 tenant=tenant,
@@ -136,7 +138,7 @@ def drive(
                 with lock:
                     statements["propose"] += count
 
-        started = time.time()
+        started, cpu_started = time.time(), time.process_time()
         deadline = time.monotonic() + timeout
         with ThreadPoolExecutor(threads, thread_name_prefix="propose") as pool:
             futures = [pool.submit(propose_slice, offset) for offset in range(threads)]
@@ -154,9 +156,7 @@ def drive(
             rows = monitor.all(status_query, [run_ids])
             statuses = {f"{e}/{v}": n for e, v, n in rows}
             done = sum(n for e, v, n in rows if e == "completed" and v == "confirmed_success")
-            failed = sum(
-                n for e, v, n in rows if e in FAILED_EXECUTION or v in FAILED_VERIFICATION
-            )
+            failed = sum(n for e, v, n in rows if e in FAILED_EXECUTION or v in FAILED_VERIFICATION)
             proposed = sum(statuses.values())
             if done + failed >= proposed and proposed + len(errors) >= calls:
                 break
@@ -164,7 +164,7 @@ def drive(
                 timed_out = True
                 break
             time.sleep(poll_interval)
-        waited_done = time.time()
+        waited_done, cpu_used = time.time(), time.process_time() - cpu_started
 
         result: dict[str, Any] = {
             "calls": calls,
@@ -179,6 +179,7 @@ def drive(
             "proposals_done": proposals_done,
             "waited_done": waited_done,
             "propose_statements": statements["propose"],
+            "driver_cpu": cpu_used,
         }
         result.update(_timings(monitor, run_ids, started))
         result["monitor_statements"] = monitor.statements
@@ -201,9 +202,15 @@ def _timings(monitor: Monitor, run_ids: list[str], started: float) -> dict[str, 
         marks[event_type] = float(recorded)
         event_counts[event_type] += 1
     to_accepted = [
-        m["tool_call.accepted"] - m["created"] for m in per_call.values() if "tool_call.accepted" in m
+        m["tool_call.accepted"] - m["created"]
+        for m in per_call.values()
+        if "tool_call.accepted" in m
     ]
-    confirmed = [m["tool_call.confirmed_success"] for m in per_call.values() if "tool_call.confirmed_success" in m]
+    confirmed = [
+        m["tool_call.confirmed_success"]
+        for m in per_call.values()
+        if "tool_call.confirmed_success" in m
+    ]
     phases = {}
     for label, start, end in PHASES:
         spans = [m[end] - m[start] for m in per_call.values() if start in m and end in m]

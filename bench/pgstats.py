@@ -41,7 +41,9 @@ def conninfo(url: str) -> str:
 def recreate_database(url: str, name: str) -> None:
     with psycopg.connect(admin_conninfo(url), autocommit=True) as conn:
         # FORCE: a previous run killed mid-way may have left sessions behind.
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
 
 
@@ -73,8 +75,7 @@ def table_counters(url: str) -> dict[str, dict[str, int]]:
     with psycopg.connect(conninfo(url), autocommit=True) as conn:
         rows = conn.execute(query).fetchall()
     return {
-        r[0]: {"ins": r[1], "upd": r[2], "hot_upd": r[3], "del": r[4], "scans": r[5]}
-        for r in rows
+        r[0]: {"ins": r[1], "upd": r[2], "hot_upd": r[3], "del": r[4], "scans": r[5]} for r in rows
     }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -64,23 +65,15 @@ class Child:
         if self.process is None:
             return
         if self.process.poll() is None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 self.process.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                pass
         # Pool children that outlived their parent go too: the group is ours alone.
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(self.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
 
 
 def start_sandbox(root: Path, env: dict[str, str], data_dir: Path, log_dir: Path) -> tuple:
@@ -107,23 +100,54 @@ def start_sandbox(root: Path, env: dict[str, str], data_dir: Path, log_dir: Path
 
 
 def start_worker(
-    root: Path, env: dict[str, str], log_dir: Path, index: int, pool: str, concurrency: int
+    root: Path,
+    env: dict[str, str],
+    log_dir: Path,
+    index: int,
+    pool: str,
+    concurrency: int,
+    app: str = "config",
 ) -> Child:
     name = f"bench{index}"
-    argv = [sys.executable, "-m", "celery", "-A", "config", "worker"]
+    argv = [sys.executable, "-m", "celery", "-A", app, "worker"]
     argv += ["--pool", pool, "--concurrency", str(concurrency), "-n", f"{name}@%h"]
     argv += ["--without-gossip", "--without-mingle", "--without-heartbeat", "--loglevel", "INFO"]
     return Child(name, argv, env, root, log_dir / f"{name}.log").start()
 
 
-def wait_ready(workers: list[Child], timeout: float = 60) -> None:
-    def ready() -> bool:
-        for worker in workers:
-            if not worker.alive():
-                raise RuntimeError(f"{worker.name} exited: {worker.output()[-3000:]}")
-        return all(" ready." in worker.output() for worker in workers)
+PING = """
+import sys, time
+from celery import Celery
+names, deadline = set(sys.argv[1:]), time.monotonic() + 60
+app, answered = Celery("bench-control"), set()
+while time.monotonic() < deadline and not names <= answered:
+    for reply in app.control.ping(timeout=0.5):
+        answered.update(reply)
+sys.exit(0 if names <= answered else 1)
+"""
 
-    wait_for(ready, timeout, "the Celery workers")
+
+def wait_ready(workers: list[Child], env: dict[str, str], timeout: float = 60) -> None:
+    """Every worker answers a control ping (they log at WARNING, so there is no "ready." line
+    to wait for). The ping runs in a child process with the workers' environment: Celery
+    prefers $CELERY_BROKER_URL over any broker given in code, and ours names the dev broker."""
+    names = [f"{w.name}@{socket.gethostname()}" for w in workers]
+    ping = subprocess.Popen([sys.executable, "-c", PING, *names], env=env)
+    deadline = time.monotonic() + timeout
+    try:
+        while ping.poll() is None:
+            for worker in workers:
+                if not worker.alive():
+                    raise RuntimeError(f"{worker.name} exited: {worker.output()[-3000:]}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the Celery workers did not answer a ping in {timeout} s")
+            time.sleep(0.2)
+        if ping.returncode:
+            raise TimeoutError("the Celery workers did not answer a ping in 60 s")
+    finally:
+        if ping.poll() is None:
+            ping.kill()
+            ping.wait()
 
 
 # --- memory ----------------------------------------------------------------------------------
@@ -202,3 +226,63 @@ class MemorySampler(threading.Thread):
         self._halt.set()
         if self.is_alive():
             self.join(timeout=5)
+
+
+# --- CPU -------------------------------------------------------------------------------------
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _stat(pid: int) -> tuple[str, int, float, float] | None:
+    """(command, parent, own CPU seconds, CPU seconds of waited-for children)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            stat = handle.read()
+    except OSError:
+        return None
+    comm = stat[stat.index("(") + 1 : stat.rindex(")")]
+    fields = stat[stat.rindex(")") + 2 :].split()
+    own = (int(fields[11]) + int(fields[12])) / TICK
+    children = (int(fields[13]) + int(fields[14])) / TICK
+    return comm, int(fields[1]), own, children
+
+
+def tree_cpu(pid: int) -> float:
+    """CPU seconds of a process tree so far, children already reaped included."""
+    total = 0.0
+    for index, member in enumerate(process_tree(pid)):
+        stat = _stat(member)
+        if stat:
+            total += stat[2] + (stat[3] if index == 0 else 0.0)
+    return total
+
+
+def server_cpu(command: str) -> float:
+    """CPU seconds of a server started outside (postgres, redis-server): its root processes
+    with the backends they reaped, plus the live ones. Other clients' work counts too."""
+    stats = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            stat = _stat(int(entry))
+            if stat and stat[0].startswith(command):
+                stats[int(entry)] = stat
+    return sum(
+        own + (reaped if parent not in stats else 0.0) for _, parent, own, reaped in stats.values()
+    )
+
+
+def system_busy() -> float:
+    """Busy CPU seconds of the whole machine (all cores)."""
+    with open("/proc/stat") as handle:
+        fields = [int(x) for x in handle.readline().split()[1:]]
+    idle = fields[3] + fields[4]
+    return (sum(fields[:8]) - idle) / TICK
+
+
+def cpu_snapshot(workers: list[Child], sandbox: Child) -> dict[str, float]:
+    snapshot = {w.name: tree_cpu(w.pid) for w in workers if w.alive()}
+    snapshot["sandbox"] = tree_cpu(sandbox.pid) if sandbox.alive() else 0.0
+    snapshot["postgres"] = server_cpu("postgres")
+    snapshot["redis"] = server_cpu("redis-server")
+    snapshot["machine"] = system_busy()
+    return snapshot

@@ -88,9 +88,12 @@ class Countersign:
         decision_id: str | None = None,
         object_ref: str = "",
         object_revision: int | None = None,
+        depends_on: list[str] | None = None,
     ) -> dict[str, Any]:
         """Propose a tool call. Safe to repeat: the same intent and args give the same call."""
         body: dict[str, Any] = {"capability": capability, "args": args, "intent": intent}
+        if depends_on:
+            body["depends_on"] = depends_on
         if decision_id:
             body["decision_id"] = decision_id
         if object_ref or object_revision is not None:

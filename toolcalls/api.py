@@ -31,6 +31,8 @@ class ToolCallIn(StrictSchema):
     intent: str = Field(..., min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._:-]+$")
     decision_id: str | None = Field(None, max_length=40)
     object: ObjectIn | None = None
+    # Earlier calls of this run that must be confirmed_success before this one is sent.
+    depends_on: list[str] = Field(default_factory=list, max_length=50)
 
 
 class ObjectOut(Schema):
@@ -62,6 +64,7 @@ class ToolCallOut(Schema):
     last_error: ErrorSummary | None
     attempts: int
     fencing_token: int
+    depends_on: list[str]
     compensation_of: str | None
     compensation: str | None
     created_at: datetime
@@ -133,6 +136,7 @@ def tool_call_out(call: ToolCall) -> dict[str, Any]:
         ),
         "attempts": call.attempts.count(),
         "fencing_token": call.fencing_token,
+        "depends_on": [dependency.pk for dependency in call.depends_on.all()],
         "compensation_of": call.compensation_of_id,
         "compensation": compensation.pk if compensation else None,
         "created_at": call.created_at,
@@ -163,6 +167,7 @@ def propose_tool_call(
         object_revision=payload.object.revision if payload.object else None,
         actor=actor_for_key(request.auth),
         requested_by=request.auth.principal,
+        depends_on=payload.depends_on,
     )
     if not created:
         response["Idempotent-Replayed"] = "true"

@@ -37,6 +37,7 @@ register(
             "object_ref": STR,
             "object_revision": {"type": ["integer", "null"]},
             "compensation_of": NULLABLE_STR,
+            "depends_on": {"type": "array", "items": STR},
             "summary": STR,
         },
     },

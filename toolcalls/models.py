@@ -76,6 +76,10 @@ class ToolCall(FSMModelMixin, models.Model):
     result = models.JSONField(null=True, blank=True)
     last_error_name = models.CharField(max_length=100, blank=True)
     last_error_message = models.TextField(blank=True)
+    # The task graph inside a run: dispatched only once each of these is confirmed_success.
+    depends_on = models.ManyToManyField(
+        "self", symmetrical=False, blank=True, related_name="dependents"
+    )
     compensation_of = models.OneToOneField(
         "self", null=True, blank=True, on_delete=models.PROTECT, related_name="compensation"
     )
@@ -157,7 +161,9 @@ class ToolCall(FSMModelMixin, models.Model):
 
     @transition(
         field=execution_status,
-        source=[E.AUTHORIZED, E.DISPATCHING, E.ACCEPTED, E.NEEDS_HUMAN],
+        # From result_unknown and needs_human only when a person established that it did
+        # not happen (or abandoned it): never on a guess.
+        source=[E.AUTHORIZED, E.DISPATCHING, E.ACCEPTED, E.RESULT_UNKNOWN, E.NEEDS_HUMAN],
         target=E.FAILED,
     )
     def fail(self) -> None:

@@ -148,6 +148,7 @@ def tool_call_propose(
     object_revision: int | None = None,
     decision_id: str | None = None,
     requested_by: User | None = None,
+    depends_on: list[str] | None = None,
 ) -> tuple[ToolCall, bool]:
     """Validate and record a proposed call. Returns (call, created); the same key with the
     same arguments returns the existing call, with other arguments it is a conflict."""
@@ -178,6 +179,7 @@ def tool_call_propose(
         with transaction.atomic():
             run = _lock_open_run(tenant, run_id)
             decision = _decision(run, decision_id)
+            dependencies = _dependencies(run, depends_on or [])
             call = _create_call(
                 run=run,
                 capability=capability,
@@ -190,6 +192,7 @@ def tool_call_propose(
                 decision=decision,
                 actor=actor,
                 requested_by=requested_by,
+                dependencies=dependencies,
             )
     except IntegrityError:
         # A concurrent proposal with the same key committed first.
@@ -244,6 +247,54 @@ def _decision(run: Run, decision_id: str | None) -> Decision | None:
     return decision
 
 
+def _dependencies(run: Run, ids: list[str]) -> list[ToolCall]:
+    found = list(ToolCall.objects.filter(run=run, pk__in=ids))
+    missing = sorted(set(ids) - {call.pk for call in found})
+    if missing:
+        raise _invalid(
+            [{"field": "depends_on", "problem": f"not calls of this run: {', '.join(missing)}"}]
+        )
+    return found
+
+
+WRITE_CAPABILITIES = [c.id for c in capabilities.REGISTRY.values() if c.kind == "write"]
+
+
+def _check_object(run: Run, capability: Capability, object_ref: str, revision: int) -> None:
+    """The revision the call was computed from must be current, and one writer at a time may
+    hold it: a second open write on the same object revision is a precondition.conflict."""
+    ObjectRevision.objects.get_or_create(
+        tenant_id=run.tenant_id, ref=object_ref, defaults={"revision": revision}
+    )
+    current = ObjectRevision.objects.select_for_update().get(
+        tenant_id=run.tenant_id, ref=object_ref
+    )
+    if current.revision != revision:
+        raise DomainError(
+            "precondition.conflict",
+            f"{object_ref} is at revision {current.revision}, not {revision}: "
+            "compute the call again from the current object.",
+        )
+    if capability.kind != "write":
+        return
+    writer = (
+        ToolCall.objects.filter(
+            tenant_id=run.tenant_id,
+            object_ref=object_ref,
+            object_revision=revision,
+            capability_id__in=WRITE_CAPABILITIES,
+        )
+        .exclude(execution_status__in=ToolCall.FINAL_EXECUTION)
+        .first()
+    )
+    if writer is not None:
+        raise DomainError(
+            "precondition.conflict",
+            f"{writer.pk} already writes {object_ref} at revision {revision}; wait for it and "
+            "compute the next call from the revision it leaves.",
+        )
+
+
 def _create_call(
     *,
     run: Run,
@@ -258,6 +309,7 @@ def _create_call(
     actor: str,
     requested_by: User | None = None,
     compensation_of: ToolCall | None = None,
+    dependencies: list[ToolCall] | None = None,
 ) -> ToolCall:
     if run.tool_calls.count() >= run.max_tool_calls:
         raise DomainError(
@@ -265,15 +317,7 @@ def _create_call(
             f"Run {run.pk} has used its {run.max_tool_calls} tool calls.",
         )
     if object_revision is not None:
-        current, _ = ObjectRevision.objects.get_or_create(
-            tenant_id=run.tenant_id, ref=object_ref, defaults={"revision": object_revision}
-        )
-        if current.revision != object_revision:
-            raise DomainError(
-                "precondition.conflict",
-                f"{object_ref} is at revision {current.revision}, not {object_revision}: "
-                "compute the call again from the current object.",
-            )
+        _check_object(run, capability, object_ref, object_revision)
     call = ToolCall(
         tenant_id=run.tenant_id,
         run=run,
@@ -289,6 +333,8 @@ def _create_call(
         compensation_of=compensation_of,
     )
     call.save(force_insert=True)
+    if dependencies:
+        call.depends_on.set(dependencies)
     log_call_event(
         call,
         "tool_call.proposed",
@@ -303,6 +349,7 @@ def _create_call(
             "object_ref": object_ref,
             "object_revision": object_revision,
             "compensation_of": compensation_of.pk if compensation_of else None,
+            "depends_on": [dependency.pk for dependency in dependencies or []],
             "summary": capability.summary(args),
         },
         actor=actor,
@@ -396,6 +443,9 @@ def _claim(tool_call_id: str, outbox_id: str | None, worker: str) -> Claim | Non
         call.save()
         return None
     capability = _capability(call)
+    waiting_on = _unmet_dependencies(call, system)
+    if waiting_on is not None:
+        return None  # dispatched again when its dependencies are confirmed (or cancelled)
     refusal = _refuse_before_sending(call, run, now)
     if refusal:
         call.last_error_name, call.last_error_message = refusal
@@ -487,6 +537,45 @@ def _claim(tool_call_id: str, outbox_id: str | None, worker: str) -> Claim | Non
         external_request_id=call.external_request_id,
         idempotency_key=call.idempotency_key,
     )
+
+
+DEPENDENCY_FAILED = (
+    E.FAILED,
+    E.REJECTED,
+    E.EXPIRED,
+    E.CANCELLED,
+    E.INVALIDATED,
+    E.COMPENSATING,
+    E.COMPENSATED,
+    E.NEEDS_HUMAN,
+)
+
+
+def _unmet_dependencies(call: ToolCall, actor: str) -> list[ToolCall] | None:
+    """None when every dependency is confirmed_success. A dependency that can no longer
+    succeed cancels this call; one still on its way leaves it authorized, waiting."""
+    dependencies = list(call.depends_on.all())
+    broken = [
+        d
+        for d in dependencies
+        if d.execution_status in DEPENDENCY_FAILED
+        or d.verification_status in (V.CONFIRMED_FAILURE, V.INCONCLUSIVE)
+    ]
+    if broken:
+        reason = ", ".join(
+            f"{d.pk} is {d.execution_status}/{d.verification_status}" for d in broken
+        )
+        call_transition(
+            call,
+            "cancel",
+            actor=actor,
+            producer="dispatcher",
+            reason=f"a dependency cannot succeed: {reason}",
+        )
+        call.save()
+        return broken
+    waiting = [d for d in dependencies if d.verification_status != V.CONFIRMED_SUCCESS]
+    return waiting or None
 
 
 def _refuse_before_sending(call: ToolCall, run: Run, now: datetime) -> tuple[str, str] | None:
@@ -869,6 +958,7 @@ def verify(tool_call_id: str, *, outbox_id: str | None = None) -> None:
             call.save()
             if action == "confirm_success" and call.compensation_of_id:
                 _finish_compensation(call, system)
+            _wake_dependents(call)
             return
         if call.verifications >= MAX_VERIFICATIONS:
             call_transition(
@@ -882,6 +972,13 @@ def verify(tool_call_id: str, *, outbox_id: str | None = None) -> None:
             return
         call.save()
         outbox.enqueue(VERIFY_TASK, call.pk, countdown=0.5 * 2**call.verifications)
+
+
+def _wake_dependents(call: ToolCall) -> None:
+    for dependent_id in call.dependents.filter(execution_status=E.AUTHORIZED).values_list(
+        "pk", flat=True
+    ):
+        outbox.enqueue(DISPATCH_TASK, dependent_id)
 
 
 def _finish_compensation(compensation: ToolCall, actor: str) -> None:
@@ -1056,3 +1153,20 @@ def sweep_expired_leases(limit: int = 500) -> int:
             outbox.enqueue(RECONCILE_TASK, call.pk)
             swept += 1
     return swept
+
+
+def sweep_waiting_dependents(limit: int = 500) -> int:
+    """Authorized calls waiting on dependencies that have all settled (a failure cancels
+    them at their claim, a success dispatches them): send each a dispatch."""
+    waiting = (
+        ToolCall.objects.filter(execution_status=E.AUTHORIZED, depends_on__isnull=False)
+        .distinct()
+        .prefetch_related("depends_on")[:limit]
+    )
+    woken = 0
+    for call in waiting:
+        if all(dependency.is_settled for dependency in call.depends_on.all()):
+            with transaction.atomic():
+                outbox.enqueue(DISPATCH_TASK, call.pk)
+            woken += 1
+    return woken

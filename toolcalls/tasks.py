@@ -27,4 +27,4 @@ def verify_tool_call(tool_call_id: str, outbox_id: str | None = None) -> None:
 
 @shared_task(name="toolcalls.sweep_leases")
 def sweep_leases() -> int:
-    return services.sweep_expired_leases()
+    return services.sweep_expired_leases() + services.sweep_waiting_dependents()

@@ -186,6 +186,9 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # it, instead of a web request hanging on a broker that is down.
 CELERY_TASK_PUBLISH_RETRY = False
 
+# Bearer token for a Prometheus scraper to read /metrics of every tenant; empty: admins only.
+METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")
+
 # --- Event log ------------------------------------------------------------------------------
 # Only test settings turn this on: `flush` may then empty the append-only event table.
 EVENT_LOG_ALLOW_FLUSH = False

@@ -125,7 +125,7 @@ def test_a_stale_page_is_refused_saying_what_changed(
     assert response.status_code == 409
     page = response.content.decode()
     assert "already approved by alice" in page
-    assert "Approved" in page  # the banner shows the current state
+    assert "Already decided: approved</strong> by alice" in page  # the banner as it is now
 
 
 def test_a_changed_summary_hash_is_refused(agent: ApiClient, approver: User, sandbox) -> None:
@@ -200,8 +200,7 @@ def test_a_change_of_the_object_invalidates_a_pending_approval(
         {
             "capability": "refund-order-v2",
             "args": {**BIG_REFUND, "amount_cents": 500},
-            "intent": "small",
-            "object": {"ref": "order:order-003", "revision": 1},
+            "intent": "small",  # a write not computed from a revision (one writer per revision)
         },
     ).json()
     run_due()  # the small refund completes: order-003 is at revision 2 now

@@ -12,11 +12,11 @@ from django.core.management import call_command
 
 from runs import services as run_services
 from runs.errors import DomainError
-from runs.models import Run, Tenant
+from runs.models import OutboxMessage, Run, Tenant
 from tests.sandbox_process import Sandbox
 from tests.toolcalls.inline_worker import run_due, run_until
 from toolcalls import services
-from toolcalls.models import Attempt, CircuitBreaker, Receipt, ToolCall
+from toolcalls.models import Attempt, CircuitBreaker, ObjectRevision, Receipt, ToolCall
 
 REFUND = {"order_id": "order-002", "amount_cents": 2500, "currency": "USD"}
 WAYBILL = {"order_id": "order-002", "address_id": "addr-002"}
@@ -214,31 +214,109 @@ def test_a_stale_workers_result_is_refused(run: Run, sandbox: Sandbox, settings)
     assert_log_matches_state()
 
 
-def test_a_precondition_change_stops_the_call(run: Run, sandbox: Sandbox) -> None:
-    first, _ = services.tool_call_propose(
+def propose_on_revision(run: Run, args: dict, intent: str, revision: int) -> ToolCall:
+    call, _ = services.tool_call_propose(
         tenant=run.tenant,
         run_id=run.pk,
         capability_id="refund-order-v2",
-        args=REFUND,
-        intent="a",
+        args=args,
+        intent=intent,
         actor="t",
-        object_revision=1,
+        object_revision=revision,
     )
-    second, _ = services.tool_call_propose(
-        tenant=run.tenant,
-        run_id=run.pk,
-        capability_id="refund-order-v2",
-        args={**REFUND, "amount_cents": 100},
-        intent="b",
-        actor="t",
-        object_revision=1,
-    )
+    return call
+
+
+def test_one_writer_per_object_revision(run: Run, sandbox: Sandbox) -> None:
+    first = propose_on_revision(run, REFUND, "a", 1)
+    with pytest.raises(DomainError, match=first.pk) as refused:
+        propose_on_revision(run, {**REFUND, "amount_cents": 100}, "b", 1)
+    assert refused.value.name == "precondition.conflict"
     services.dispatch(first.pk)  # completes: order-002 moves to revision 2
-    services.dispatch(second.pk)
-    second = fresh(second)
-    assert second.execution_status == "failed"
-    assert second.last_error_name == "precondition.conflict"
-    assert len(sandbox.ledger("payments")) == 1
+    with pytest.raises(DomainError, match="at revision 2"):
+        propose_on_revision(run, {**REFUND, "amount_cents": 100}, "c", 1)
+    assert propose_on_revision(run, {**REFUND, "amount_cents": 100}, "d", 2)
+
+
+def test_a_precondition_change_stops_the_call(run: Run, sandbox: Sandbox) -> None:
+    call = propose_on_revision(run, REFUND, "a", 1)
+    # The order changes before the call is sent (another system's write).
+    ObjectRevision.objects.filter(ref="order:order-002").update(revision=2)
+    services.dispatch(call.pk)
+    call = fresh(call)
+    assert call.execution_status == "failed"
+    assert call.last_error_name == "precondition.conflict"
+    assert sandbox.ledger() == []
+
+
+def test_a_call_waits_for_its_dependencies(run: Run, sandbox: Sandbox) -> None:
+    warranty = propose(run, "check-warranty-v1", {"order_id": "order-002"}, "warranty")
+    reserve, _ = services.tool_call_propose(
+        tenant=run.tenant,
+        run_id=run.pk,
+        capability_id="reserve-stock-v1",
+        args={
+            "warehouse_id": "wh-acme-1",
+            "sku": "PART-100",
+            "quantity": 1,
+            "order_id": "order-002",
+        },
+        intent="reserve",
+        actor="t",
+        depends_on=[warranty.pk],
+    )
+    services.dispatch(reserve.pk)
+    assert fresh(reserve).attempts.count() == 0  # the warranty is not confirmed yet
+    run_due()
+    assert fresh(warranty).verification_status == "confirmed_success"
+    assert fresh(reserve).verification_status == "confirmed_success"
+    assert [e["operation"] for e in sandbox.ledger()] == ["reservation.create"]
+
+
+def test_a_failed_dependency_cancels_the_call(run: Run, sandbox: Sandbox) -> None:
+    waybill = propose(
+        run, "create-waybill-v1", {"order_id": "order-002", "address_id": "addr-bad-001"}, "ship"
+    )
+    email, _ = services.tool_call_propose(
+        tenant=run.tenant,
+        run_id=run.pk,
+        capability_id="send-email-v1",
+        args={
+            "order_id": "order-002",
+            "to": "customer-002@example.com",
+            "subject": "Shipped",
+            "body": "On its way.",
+        },
+        intent="notify",
+        actor="t",
+        depends_on=[waybill.pk],
+    )
+    # Its message arrives too early: it waits, and the message is used up.
+    message = OutboxMessage.objects.get(task="toolcalls.dispatch", args=[email.pk])
+    services.dispatch(email.pk, outbox_id=message.pk)
+    run_due()
+    assert fresh(waybill).execution_status == "failed"
+    assert fresh(email).execution_status == "authorized"
+    assert services.sweep_waiting_dependents() == 1
+    run_due()
+    assert fresh(email).execution_status == "cancelled"
+    assert sandbox.ledger() == []
+
+
+def test_dependencies_must_be_calls_of_the_same_run(run: Run, tenant, sandbox) -> None:
+    other, _ = run_services.run_start(tenant=tenant, title="other", actor="t")
+    foreign = propose(other, "get-order-v1", {"order_id": "order-002"}, "read")
+    with pytest.raises(DomainError) as refused:
+        services.tool_call_propose(
+            tenant=run.tenant,
+            run_id=run.pk,
+            capability_id="get-order-v1",
+            args={"order_id": "order-001"},
+            intent="x",
+            actor="t",
+            depends_on=[foreign.pk],
+        )
+    assert refused.value.details[0]["field"] == "depends_on"
 
 
 def test_the_runs_attempt_budget_stops_dispatch(tenant: Tenant, sandbox: Sandbox) -> None:
