@@ -54,7 +54,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--celery-app",
             default="config",
-            help="celery -A module (bench.celery_tuned tries proposed settings)",
+            help="celery -A module, to measure proposed Celery settings before adopting them",
         )
         parser.add_argument("--calls-per-run", type=int, default=20)
         parser.add_argument("--propose-threads", type=int, default=4)
