@@ -12,6 +12,7 @@ from pydantic import ConfigDict
 from runs import selectors, services
 from runs.models import Decision, Run
 from toolcalls import services as toolcalls_services
+from toolcalls.progress import progress
 
 router = Router(tags=["runs"])
 
@@ -61,6 +62,11 @@ class DecisionOut(Schema):
 
 
 class StopIn(StrictSchema):
+    reason: str = Field("", max_length=2000)
+
+
+class FinishIn(StrictSchema):
+    failed_permanently: bool = False
     reason: str = Field("", max_length=2000)
 
 
@@ -169,3 +175,24 @@ def stop_run(request: HttpRequest, run_id: str, payload: StopIn | None = None) -
             {"tool_call_id": c.pk, "execution_status": c.execution_status} for c in in_flight
         ],
     }
+
+
+@router.post("/runs/{run_id}/complete", response={200: RunOut, **ERRORS})
+def finish_run(request: HttpRequest, run_id: str, payload: FinishIn | None = None) -> dict:
+    """End the run. Its exit type comes from its calls: `completed`,
+    `completed_with_degradation`, `needs_human`, or `failed_permanently` when you say so."""
+    run = toolcalls_services.run_finish(
+        tenant=request.auth.tenant,
+        run_id=run_id,
+        failed_permanently=payload.failed_permanently if payload else False,
+        reason=payload.reason if payload else "",
+        actor=services.actor_for_key(request.auth),
+    )
+    return run_out(run)
+
+
+@router.get("/runs/{run_id}/progress", response={200: dict[str, Any], **ERRORS})
+def run_progress(request: HttpRequest, run_id: str) -> dict[str, Any]:
+    """The progress contract: verified items, open items, failed items and the next safe
+    step, derived from stored state (the run page shows the same)."""
+    return progress(selectors.run_get(tenant=request.auth.tenant, run_id=run_id))

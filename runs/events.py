@@ -151,7 +151,13 @@ def append(
     # The run row lock orders concurrent appends; the (run, seq) unique constraint is the
     # backstop if anything ever appends without it.
     Run.objects.select_for_update().filter(pk=run.pk).values_list("pk", flat=True).get()
-    last = Event.objects.filter(run_id=run.pk).order_by("-seq").values("seq", "hash").first()
+    last = (
+        Event.objects.filter(run_id=run.pk)
+        .order_by("-seq")
+        .values("id", "seq", "hash", "tool_call_id")
+        .first()
+    )
+    causation_id = ids.causation_id or _previous_of_tool_call(run, ids.tool_call_id, last)
     now = timezone.now()
     event = Event(
         run_id=run.pk,
@@ -167,7 +173,7 @@ def append(
         tool_call_id=ids.tool_call_id,
         approval_id=ids.approval_id,
         correlation_id=run.correlation_id,
-        causation_id=ids.causation_id,
+        causation_id=causation_id,
         occurred_at=occurred_at or now,
         recorded_at=now,
         # A JSON round trip now gives the hash the same payload that the database returns.
@@ -177,6 +183,22 @@ def append(
     event.hash = compute_hash(event)
     event.save(force_insert=True)
     return event
+
+
+def _previous_of_tool_call(run: Run, tool_call_id: str, last: dict | None) -> str:
+    """A tool call's events are caused by its previous event (the claim by the
+    authorization, the receipt by the claim), unless the caller names another cause."""
+    if not tool_call_id:
+        return ""
+    if last and last["tool_call_id"] == tool_call_id:
+        return last["id"]
+    previous = (
+        Event.objects.filter(run_id=run.pk, tool_call_id=tool_call_id)
+        .order_by("-seq")
+        .values_list("id", flat=True)
+        .first()
+    )
+    return previous or ""
 
 
 def rfc8785_roundtrip(payload: dict[str, Any]) -> dict[str, Any]:

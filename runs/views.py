@@ -8,6 +8,7 @@ from django.shortcuts import render
 from runs import selectors
 from runs.errors import DomainError
 from runs.permissions import tenant_member_required
+from toolcalls.progress import progress
 from toolcalls.selectors import run_tool_calls
 
 
@@ -32,6 +33,7 @@ def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
         "events": selectors.run_events(run=run),
         "decisions": selectors.run_decisions(run=run),
         "tool_calls": tool_calls,
+        "progress": progress(run),
     }
     if request.htmx:
         response = render(request, "runs/detail.html#timeline", context)

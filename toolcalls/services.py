@@ -1099,6 +1099,71 @@ def run_stop(*, tenant: Tenant, run_id: str, actor: str, reason: str = "") -> tu
     return run, in_flight
 
 
+WORK_IN_FLIGHT = (
+    E.PROPOSED,
+    E.AWAITING_APPROVAL,
+    E.AUTHORIZED,
+    E.DISPATCHING,
+    E.ACCEPTED,
+    E.COMPENSATING,
+)
+DEGRADED = (E.FAILED, E.REJECTED, E.EXPIRED, E.INVALIDATED, E.CANCELLED)
+
+
+@transaction.atomic
+def run_finish(
+    *,
+    tenant: Tenant,
+    run_id: str,
+    actor: str,
+    failed_permanently: bool = False,
+    reason: str = "",
+) -> Run:
+    """End a run with its exit type, judged from its calls: completed (every call
+    verified), completed_with_degradation (some did not succeed), needs_human (some outcome is
+    unknown), or failed_permanently when the agent says the task cannot be done."""
+    run = Run.objects.select_for_update().filter(tenant=tenant, pk=run_id).first()
+    if run is None:
+        raise not_found("run", run_id)
+    if run.state not in (Run.State.ACTIVE, Run.State.WAITING):
+        raise DomainError("run.invalid_state", f"Run {run.pk} is {run.state} already.")
+    calls = list(ToolCall.objects.filter(run=run))
+    moving = [
+        c
+        for c in calls
+        if c.execution_status in WORK_IN_FLIGHT or c.verification_status == V.PENDING
+    ]
+    if moving:
+        raise DomainError(
+            "run.work_in_flight",
+            f"{', '.join(c.pk for c in moving)} still on their way: wait for them, or stop "
+            "the run (POST /stop) to cancel what is not dispatched.",
+            details=[
+                {"tool_call_id": c.pk, "execution_status": c.execution_status} for c in moving
+            ],
+        )
+    unknown = [c for c in calls if c.execution_status in (E.RESULT_UNKNOWN, E.NEEDS_HUMAN)]
+    degraded = [
+        c
+        for c in calls
+        if c.execution_status in DEGRADED
+        or c.verification_status in (V.CONFIRMED_FAILURE, V.INCONCLUSIVE)
+    ]
+    if unknown:
+        action = "hand_to_human"
+        reason = reason or f"unknown outcomes: {', '.join(c.pk for c in unknown)}"
+    elif failed_permanently:
+        action = "fail_permanently"
+    elif degraded:
+        action = "complete_with_degradation"
+        reason = reason or f"did not succeed: {', '.join(c.pk for c in degraded)}"
+    else:
+        action = "complete"
+    if run.state == Run.State.WAITING and action != "hand_to_human":
+        run_transition(run, "resume", actor=actor, producer="api", reason="finishing")
+    return run_transition(run, action, actor=actor, producer="api", reason=reason)
+
+
 def cancel_open_calls(run: Run, *, actor: str, reason: str) -> list[ToolCall]:
     """Cancel what is not yet dispatched; return the calls still in flight. The run is locked."""
     in_flight = []
