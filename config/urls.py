@@ -13,6 +13,7 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("runs/", include("runs.urls")),
     path("approvals/", include("approvals.urls")),
+    path("desk/", include("toolcalls.urls")),
     path("", include("runs.ops_urls")),
     path("api/v1/", api.urls),
     path("admin/", admin.site.urls),

@@ -51,6 +51,7 @@ NOT_EXECUTED_ERRORS = {
     "tool.unreachable",
     "flow.budget_exceeded",
     "flow.deadline_exceeded",
+    "tool.did_not_happen",
 }
 
 
@@ -709,7 +710,7 @@ def record_outcome(claim: Claim, outcome: Outcome) -> None:
     capability = claim.capability
     if outcome.kind == "confirmed":
         status = Receipt.Status.ALREADY_EXISTS if outcome.replayed else Receipt.Status.CREATED
-        _accept(
+        accept(
             call,
             capability,
             outcome.body,
@@ -757,7 +758,7 @@ def record_outcome(claim: Claim, outcome: Outcome) -> None:
     )
 
 
-def _accept(
+def accept(
     call: ToolCall,
     capability: Capability,
     body: dict[str, Any],
@@ -826,7 +827,7 @@ def reconcile(tool_call_id: str, *, outbox_id: str | None = None) -> None:
         return
     capability = _capability(call)
     token = call.fencing_token
-    found, body, error_name = _look_up(call, capability)
+    found, body, error_name = look_up(call, capability)
     with transaction.atomic():
         call = lock_call(tool_call_id)
         if call.fencing_token != token or call.execution_status not in (
@@ -837,7 +838,7 @@ def reconcile(tool_call_id: str, *, outbox_id: str | None = None) -> None:
         _apply_lookup(call, capability, found, body, error_name)
 
 
-def _look_up(call: ToolCall, capability: Capability) -> tuple[bool, dict[str, Any], str]:
+def look_up(call: ToolCall, capability: Capability) -> tuple[bool, dict[str, Any], str]:
     """(found, body, error name); an error name means the look-up proved nothing."""
     if capability.lookup_path is None:
         return False, {}, "tool.no_lookup"
@@ -883,7 +884,7 @@ def _apply_lookup(
         producer="reconciler",
     )
     if found:
-        _accept(
+        accept(
             call,
             capability,
             body,
@@ -891,6 +892,7 @@ def _apply_lookup(
             status=Receipt.Status.CREATED,
             actor=system,
         )
+        resume_run_if_resolved(call.run_id, system, producer="reconciler")
         return
     if call.execution_status == E.NEEDS_HUMAN:
         call.save()
@@ -919,6 +921,20 @@ def _apply_lookup(
     wait = capability.consistency_window - elapsed if within_window else 2.0**call.lookups
     call.save()
     outbox.enqueue(RECONCILE_TASK, call.pk, countdown=max(wait, 0.5))
+
+
+def resume_run_if_resolved(run_id: str, actor: str, *, producer: str) -> None:
+    """A run handed to a person goes on once none of its outcomes is unknown."""
+    run = Run.objects.select_for_update().get(pk=run_id)
+    if run.state != Run.State.NEEDS_HUMAN:
+        return
+    if ToolCall.objects.filter(
+        run=run, execution_status__in=(E.RESULT_UNKNOWN, E.NEEDS_HUMAN)
+    ).exists():
+        return
+    run_transition(
+        run, "resume", actor=actor, producer=producer, reason="every unknown outcome is resolved"
+    )
 
 
 def call_hand_to_human(call: ToolCall, actor: str, reason: str) -> None:

@@ -1,0 +1,207 @@
+"""The unknowns desk: what it lists, the handoff packet, and commands that never double."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from django.test import Client
+
+from runs.models import Run, Tenant, User
+from runs.services import api_key_issue, run_start
+from tests.conftest import ApiClient, make_user
+from tests.sandbox_process import Sandbox
+from tests.toolcalls.inline_worker import run_due
+from toolcalls import services
+from toolcalls.models import Receipt, ToolCall
+
+REFUND = {"order_id": "order-002", "amount_cents": 2500, "currency": "USD"}
+
+
+@pytest.fixture(autouse=True)
+def short_timeouts(settings) -> None:
+    settings.TOOLCALL_TIMEOUT_OVERRIDE = 1.0
+
+
+@pytest.fixture
+def admin(admin_user: User) -> Client:
+    client = Client()
+    client.force_login(admin_user)
+    return client
+
+
+@pytest.fixture
+def agent(tenant: Tenant) -> ApiClient:
+    return ApiClient(api_key_issue(tenant=tenant, name="a")[1])
+
+
+def unknown_call(
+    agent: ApiClient,
+    sandbox: Sandbox,
+    fault: str = "drop_response_after_commit",
+    args: dict = REFUND,
+    intent: str = "i-1",
+) -> ToolCall:
+    run_id = agent.post("/api/v1/runs", {"title": "refund"}).json()["run_id"]
+    sandbox.faults(system="payments", times=1, **{fault: 1.0})
+    call_id = agent.post(
+        f"/api/v1/runs/{run_id}/tool-calls",
+        {"capability": "refund-order-v2", "args": args, "intent": intent},
+    ).json()["tool_call_id"]
+    services.dispatch(call_id)
+    call = ToolCall.objects.get(pk=call_id)
+    assert call.execution_status == "result_unknown"
+    return call
+
+
+def to_needs_human(call: ToolCall) -> None:
+    from django.db import transaction
+
+    with transaction.atomic():
+        locked = services.lock_call(call.pk)
+        services.call_hand_to_human(locked, "system:test", "look-ups exhausted")
+
+
+def command(client: Client, call: ToolCall, action: str, **fields):
+    return client.post(f"/desk/{call.pk}/command/", {"action": action, **fields})
+
+
+def test_it_lists_what_automation_could_not_settle(
+    admin: Client, agent: ApiClient, tenant: Tenant, sandbox: Sandbox
+) -> None:
+    older = unknown_call(agent, sandbox, intent="older")
+    newer = unknown_call(agent, sandbox, args={**REFUND, "amount_cents": 100}, intent="newer")
+    to_needs_human(newer)
+    stuck = agent.post("/api/v1/runs", {"title": "stuck"}).json()["run_id"]
+    stuck_call = agent.post(
+        f"/api/v1/runs/{stuck}/tool-calls",
+        {"capability": "get-order-v1", "args": {"order_id": "order-001"}, "intent": "read"},
+    ).json()["tool_call_id"]
+    services._claim(stuck_call, None, "dead-worker")
+    ToolCall.objects.filter(pk=stuck_call).update(lease_expires_at="2000-01-01T00:00:00Z")
+    page = admin.get("/desk/").content.decode()
+    assert page.index(older.pk) < page.index(newer.pk)  # longest dwell first
+    assert "needs_human" in page and "lease_expired" in page and stuck_call in page
+    partial = admin.get("/desk/", headers={"HX-Request": "true"}).content.decode()
+    assert older.pk in partial and "<html" not in partial
+
+
+def test_the_desk_is_for_admins_of_the_tenant(
+    agent: ApiClient, approver: User, other_tenant: Tenant, sandbox: Sandbox
+) -> None:
+    call = unknown_call(agent, sandbox)
+    client = Client()
+    client.force_login(approver)
+    assert client.get("/desk/").status_code == 403
+    assert command(client, call, "abandon", evidence="x").status_code == 403
+    outsider = Client()
+    outsider.force_login(make_user("mallory", other_tenant, User.Role.ADMIN))
+    assert outsider.get(f"/desk/{call.pk}/").status_code == 404
+    assert command(outsider, call, "abandon", evidence="x").status_code == 404
+    assert ToolCall.objects.get(pk=call.pk).execution_status == "result_unknown"
+
+
+def test_the_handoff_packet_has_what_a_person_needs(
+    admin: Client, agent: ApiClient, sandbox: Sandbox
+) -> None:
+    call = unknown_call(agent, sandbox)
+    page = admin.get(f"/desk/{call.pk}/").content.decode()
+    for expected in (
+        "Original request",
+        call.idempotency_key,
+        call.external_request_id,
+        "Confirmed actions of the run",
+        "Unknown actions",
+        "Receipts",
+        "Approvals",
+        "Look it up now at payments",
+        "tool.connection_lost",
+    ):
+        assert expected in page, expected
+
+
+def test_look_up_now_confirms_what_happened(admin: Client, agent, sandbox: Sandbox) -> None:
+    call = unknown_call(agent, sandbox)
+    to_needs_human(call)
+    assert command(admin, call, "look_up").status_code == 302
+    run_due()
+    call = ToolCall.objects.get(pk=call.pk)
+    assert call.execution_status == "completed"
+    assert call.receipts.get().source == Receipt.Source.LOOKUP
+    assert Run.objects.get(pk=call.run_id).state == "active"
+    assert len(sandbox.ledger("payments")) == 1
+
+
+def test_mark_confirmed_needs_the_id_the_system_knows(
+    admin: Client, agent: ApiClient, sandbox: Sandbox
+) -> None:
+    call = unknown_call(agent, sandbox)
+    refund_id = sandbox.effects_for(call.external_request_id)[0]["resource_id"]
+    wrong = command(admin, call, "confirm", external_id="re_made_up", evidence="phone call")
+    assert wrong.status_code == 409
+    assert refund_id in wrong.content.decode()
+    assert (
+        command(
+            admin, call, "confirm", external_id=refund_id, evidence="seen in the gateway dashboard"
+        ).status_code
+        == 302
+    )
+    call = ToolCall.objects.get(pk=call.pk)
+    assert (call.execution_status, call.external_id) == ("completed", refund_id)
+    receipt = call.receipts.get()
+    assert receipt.source == Receipt.Source.PERSON
+    accepted = call.run.events.get(event_type="tool_call.accepted")
+    assert accepted.actor == "user:olivia"
+    assert accepted.payload["evidence"] == "seen in the gateway dashboard"
+    assert len(sandbox.ledger("payments")) == 1
+
+
+def test_it_will_not_mark_as_not_happened_what_happened(admin, agent, sandbox) -> None:
+    call = unknown_call(agent, sandbox)
+    response = command(admin, call, "not_happened", evidence="I think not")
+    assert response.status_code == 409
+    assert "confirm it instead" in response.content.decode()
+    assert ToolCall.objects.get(pk=call.pk).execution_status == "result_unknown"
+
+
+def test_not_happened_then_retry_with_the_same_key(admin: Client, agent, sandbox) -> None:
+    call = unknown_call(agent, sandbox, fault="drop_request_before_commit")
+    early = command(admin, call, "not_happened", evidence="not in the gateway")
+    assert early.status_code == 409  # the look-up may still lag
+    time.sleep(2.1)
+    assert command(admin, call, "not_happened", evidence="not in the gateway").status_code == 302
+    call = ToolCall.objects.get(pk=call.pk)
+    assert (call.execution_status, call.last_error_name) == ("failed", "tool.did_not_happen")
+    assert command(admin, call, "retry").status_code == 302
+    run_due()
+    call = ToolCall.objects.get(pk=call.pk)
+    assert call.execution_status == "completed"
+    effects = sandbox.effects_for(call.external_request_id)
+    assert len(effects) == 1 and effects[0]["idempotency_key"] == call.idempotency_key
+
+
+def test_abandon_needs_a_reason_and_ends_the_call(admin: Client, agent, sandbox) -> None:
+    call = unknown_call(agent, sandbox)
+    assert command(admin, call, "abandon", evidence="").status_code == 422
+    assert (
+        command(admin, call, "abandon", evidence="customer cancelled the order").status_code == 302
+    )
+    call = ToolCall.objects.get(pk=call.pk)
+    assert (call.execution_status, call.last_error_name) == ("failed", "tool.abandoned")
+    retry = agent.post(f"/api/v1/tool-calls/{call.pk}/retry")
+    assert retry.status_code == 409
+
+
+def test_a_run_handed_over_without_unknowns_can_be_resumed(admin: Client, tenant) -> None:
+    run, _ = run_start(tenant=tenant, title="expired approval", actor="t")
+    from django.db import transaction
+
+    from runs.services import run_transition
+
+    with transaction.atomic():
+        locked = Run.objects.select_for_update().get(pk=run.pk)
+        run_transition(locked, "hand_to_human", actor="t", producer="t", reason="expired")
+    assert "expired approval" in admin.get("/desk/").content.decode()
+    response = admin.post(f"/desk/runs/{run.pk}/resume/", {"evidence": "customer called back"})
+    assert response.status_code == 302
+    assert Run.objects.get(pk=run.pk).state == "active"
