@@ -75,6 +75,18 @@ class Countersign:
     def stop_run(self, run_id: str, reason: str = "") -> dict[str, Any]:
         return self._call("POST", f"/runs/{run_id}/stop", {"reason": reason})
 
+    def finish_run(
+        self, run_id: str, *, failed_permanently: bool = False, reason: str = ""
+    ) -> dict[str, Any]:
+        body = {"failed_permanently": failed_permanently, "reason": reason}
+        return self._call("POST", f"/runs/{run_id}/complete", body)
+
+    def progress(self, run_id: str) -> dict[str, Any]:
+        return self._call("GET", f"/runs/{run_id}/progress")
+
+    def compensate(self, tool_call_id: str) -> dict[str, Any]:
+        return self._call("POST", f"/tool-calls/{tool_call_id}/compensate")
+
     def capabilities(self) -> list[dict[str, Any]]:
         return self.http.get("/capabilities").json()
 

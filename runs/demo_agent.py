@@ -45,7 +45,10 @@ class DemoAgent(threading.Thread):
                 break
             try:
                 self.follow_up()
-                self.handle_one(number)
+                if number % 3 == 0:
+                    self.replace_part(number)
+                else:
+                    self.handle_one(number)
             except (CountersignError, OSError) as exc:
                 # Keep going: the demo shows the next request, and the error is in the log.
                 log.warning("demo agent: %s", exc)
@@ -96,6 +99,90 @@ class DemoAgent(threading.Thread):
             refund = self.client.wait_settled(refund["tool_call_id"], timeout=60)
         self.pending[refund["tool_call_id"]] = (run_id, order, decision["decision_id"], intent)
         self.follow_up()
+
+    def replace_part(self, number: int) -> None:
+        """The spare-part flow of the third seed: check warranty and stock in parallel, reserve
+        the part, create the waybill, notify. Done means one valid reservation and one valid
+        waybill, not that every step said "done". A refused address releases the stock."""
+        order_id = f"order-{(number // 3) % 8 + 3:03d}"
+        # Every fourth replacement ships to an address the carrier refuses.
+        address_id = "addr-bad-001" if number % 4 == 3 else f"addr-{number % 10 + 1:03d}"
+        intent = f"part-{number}"
+        run_id = self.client.start_run(
+            f"Replace the part of {order_id}",
+            correlation_id=f"replacement-{number:03d}",
+            idempotency_key=f"demo-part-{number}",
+            max_tool_calls=10,
+        )["run_id"]
+        warranty = self.client.propose(
+            run_id, "check-warranty-v1", {"order_id": order_id}, intent=f"{intent}-warranty"
+        )
+        stock = self.client.propose(
+            run_id,
+            "check-stock-v1",
+            {"warehouse_id": "wh-acme-1", "sku": "PART-100"},
+            intent=f"{intent}-stock",
+        )
+        warranty = self.client.wait_settled(warranty["tool_call_id"], timeout=30)
+        stock = self.client.wait_settled(stock["tool_call_id"], timeout=30)
+        covered = bool((warranty["result"] or {}).get("in_warranty"))
+        available = (stock["result"] or {}).get("stock", {}).get("PART-100", 0)
+        decision = self.client.record_decision(
+            run_id,
+            "replacement_eligibility",
+            {"order_id": order_id, "in_warranty": covered, "available": available},
+        )
+        if not covered or available < 1:
+            self.client.finish_run(
+                run_id,
+                failed_permanently=True,
+                reason="not under warranty" if not covered else "no stock",
+            )
+            return
+        reserve = self.client.propose(
+            run_id,
+            "reserve-stock-v1",
+            {"warehouse_id": "wh-acme-1", "sku": "PART-100", "quantity": 1, "order_id": order_id},
+            intent=f"{intent}-reserve",
+            decision_id=decision["decision_id"],
+            depends_on=[warranty["tool_call_id"], stock["tool_call_id"]],
+        )
+        # The task graph holds the waybill until the reservation is confirmed, and the email
+        # until the waybill is.
+        waybill = self.client.propose(
+            run_id,
+            "create-waybill-v1",
+            {"order_id": order_id, "address_id": address_id},
+            intent=f"{intent}-ship",
+            decision_id=decision["decision_id"],
+            depends_on=[reserve["tool_call_id"]],
+        )
+        self.client.propose(
+            run_id,
+            "send-email-v1",
+            {
+                "order_id": order_id,
+                "to": f"customer-{order_id[-3:]}@example.com",
+                "subject": "Your replacement part",
+                "body": "It is on its way.",
+            },
+            intent=f"{intent}-notify",
+            decision_id=decision["decision_id"],
+            depends_on=[waybill["tool_call_id"]],
+        )
+        waybill = self.client.wait_settled(waybill["tool_call_id"], timeout=60)
+        if waybill["execution_status"] == "failed":
+            # The carrier refused the address after the stock was reserved: release it.
+            self.client.compensate(reserve["tool_call_id"])
+            log.info("demo agent: %s address refused; reservation released", run_id)
+        else:
+            log.info(
+                "demo agent: %s waybill %s is %s / %s",
+                run_id,
+                waybill["tool_call_id"],
+                waybill["execution_status"],
+                waybill["verification_status"],
+            )
 
     def follow_up(self) -> None:
         """For each refund that reached its outcome: email the customer if it was confirmed,

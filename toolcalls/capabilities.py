@@ -255,6 +255,42 @@ register(
 )
 
 
+def _check_stock(data: TrustedData, args: dict[str, Any]) -> Problems:
+    warehouse = data.get("warehouse", f"/warehouses/{args['warehouse_id']}")
+    return owned(data, warehouse, "warehouse", "args.warehouse_id")
+
+
+register(
+    Capability(
+        id="check-stock-v1",
+        version=1,
+        title="Check stock in a warehouse",
+        system="warehouse",
+        action="check-stock",
+        kind="read",
+        permission="stock.read",
+        risk="low",
+        reversible=True,
+        input_schema=schema(
+            {
+                "warehouse_id": {"type": "string", "minLength": 1, "maxLength": 50},
+                "sku": {"type": "string", "minLength": 1, "maxLength": 50},
+            },
+            ["warehouse_id", "sku"],
+            {"warehouse_id": "wh-acme-1", "sku": "PART-100"},
+        ),
+        object_ref=lambda a: f"stock:{a['warehouse_id']}:{a['sku']}",
+        build_request=lambda a: Request("GET", f"/warehouses/{a['warehouse_id']}"),
+        summary=lambda a: f"Check stock of {a['sku']} in {a['warehouse_id']}.",
+        business_check=_check_stock,
+        external_id_field="id",
+        lookup_path=None,
+        consistency_window=0,
+        verify=None,
+    )
+)
+
+
 # --- refunds --------------------------------------------------------------------------------
 
 

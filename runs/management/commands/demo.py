@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import signal
 import subprocess
 import sys
 import time
@@ -83,6 +84,8 @@ class Command(BaseCommand):
         except KeyboardInterrupt:
             pass
         finally:
+            # A second Ctrl-C while stopping must not leave the worker or the sandbox behind.
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
             self.stdout.write("Stopping: agent, worker, beat, sandbox...")
             if agent:
                 agent.stop()
