@@ -16,14 +16,19 @@ from runs.models import OutboxMessage
 log = logging.getLogger(__name__)
 
 
-def enqueue(task: str, *args: Any, countdown: float = 0) -> OutboxMessage:
-    """Write a message in the caller's transaction; it is published once that commits."""
+def enqueue(task: str, *args: Any, countdown: float = 0, publish_now: bool = True) -> OutboxMessage:
+    """Write a message in the caller's transaction; it is published once that commits.
+
+    With `publish_now=False` the caller does the work itself right after the commit and marks
+    the message done; the message is only a safety net that the sweeper publishes if the
+    caller died first."""
     if not connection.in_atomic_block:
         raise RuntimeError("outbox messages are written in the transaction of their cause")
     message = OutboxMessage.objects.create(
         task=task, args=list(args), available_at=timezone.now() + timedelta(seconds=countdown)
     )
-    transaction.on_commit(lambda: publish(message, countdown=countdown))
+    if publish_now:
+        transaction.on_commit(lambda: publish(message, countdown=countdown))
     return message
 
 

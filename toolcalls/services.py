@@ -424,7 +424,10 @@ def dispatch(tool_call_id: str, *, outbox_id: str | None = None, worker: str = "
     crashpoint("before_send")
     outcome = send(claim)
     crashpoint("after_send")
-    record_outcome(claim, outcome)
+    verify_outbox_id = record_outcome(claim, outcome)
+    if verify_outbox_id:
+        # Verify in this task, saving a Celery hop; its outbox message is the safety net.
+        verify(claim.tool_call_id, outbox_id=verify_outbox_id)
 
 
 @transaction.atomic
@@ -505,7 +508,7 @@ def _claim(tool_call_id: str, outbox_id: str | None, worker: str) -> Claim | Non
         call.save()
         return None
     call.fencing_token += 1
-    number = call.attempts.count() + 1
+    number = call.fencing_token  # one claim, one attempt: their counts are the same
     lease = now + timedelta(seconds=_timeout(capability) + settings.LEASE_MARGIN_SECONDS)
     attempt = Attempt.objects.create(
         tool_call=call,
@@ -665,7 +668,9 @@ def backoff(policy: capabilities.RetryPolicy, failures: int, retry_after: float 
 
 
 @transaction.atomic
-def record_outcome(claim: Claim, outcome: Outcome) -> None:
+def record_outcome(claim: Claim, outcome: Outcome) -> str | None:
+    """Record what the answer proves, if this claim is still current. Returns the id of the
+    verification's outbox message when the caller should verify right away."""
     call = lock_call(claim.tool_call_id)
     attempt = Attempt.objects.get(pk=claim.attempt_id)
     now = timezone.now()
@@ -710,7 +715,7 @@ def record_outcome(claim: Claim, outcome: Outcome) -> None:
     capability = claim.capability
     if outcome.kind == "confirmed":
         status = Receipt.Status.ALREADY_EXISTS if outcome.replayed else Receipt.Status.CREATED
-        accept(
+        verify_outbox_id = accept(
             call,
             capability,
             outcome.body,
@@ -718,9 +723,10 @@ def record_outcome(claim: Claim, outcome: Outcome) -> None:
             status=status,
             attempt=attempt,
             actor=system,
+            verify_here=True,
         )
         breaker.record_success(call)
-        return
+        return verify_outbox_id
     call.last_error_name, call.last_error_message = outcome.error_name, outcome.message
     breaker.record_failure(call, outcome.error_name, now)
     details = {
@@ -768,8 +774,11 @@ def accept(
     actor: str,
     attempt: Attempt | None = None,
     evidence: str = "",
-) -> None:
-    """The system did this operation: keep its receipt, complete, and start verification."""
+    verify_here: bool = False,
+) -> str | None:
+    """The system did this operation: keep its receipt, complete, and start verification.
+    With `verify_here` the caller verifies right after commit (the returned outbox message
+    id is the safety net); otherwise a verification task is queued."""
     producer = "dispatcher" if source == Receipt.Source.DISPATCH else "reconciler"
     external_id = str(body.get(capability.external_id_field, ""))
     receipt = Receipt.objects.create(
@@ -809,10 +818,12 @@ def accept(
             producer=producer,
             reason="a read observes the system itself",
         )
-    else:
-        call_transition(call, "await_verification", actor=actor, producer=producer)
-        outbox.enqueue(VERIFY_TASK, call.pk)
+        call.save()
+        return None
+    call_transition(call, "await_verification", actor=actor, producer=producer)
+    message = outbox.enqueue(VERIFY_TASK, call.pk, publish_now=not verify_here)
     call.save()
+    return message.pk if verify_here else None
 
 
 # --- reconcile ------------------------------------------------------------------------------
