@@ -452,16 +452,7 @@ def _claim(tool_call_id: str, outbox_id: str | None, worker: str) -> Claim | Non
         return None  # dispatched again when its dependencies are confirmed (or cancelled)
     refusal = _refuse_before_sending(call, run, now)
     if refusal:
-        call.last_error_name, call.last_error_message = refusal
-        call_transition(
-            call,
-            "fail",
-            actor=system,
-            producer="dispatcher",
-            error_name=refusal[0],
-            message=refusal[1],
-        )
-        call.save()
+        _fail_unsent(call, refusal, system)
         return None
     wait_until = breaker.admit(call, now)
     if wait_until:
@@ -496,16 +487,7 @@ def _claim(tool_call_id: str, outbox_id: str | None, worker: str) -> Claim | Non
         )
         return None
     if admission != "ok":
-        call.last_error_name, call.last_error_message = admission
-        call_transition(
-            call,
-            "fail",
-            actor=system,
-            producer="dispatcher",
-            error_name=admission[0],
-            message=admission[1],
-        )
-        call.save()
+        _fail_unsent(call, admission, system)
         return None
     call.fencing_token += 1
     number = call.fencing_token  # one claim, one attempt: their counts are the same
@@ -541,6 +523,15 @@ def _claim(tool_call_id: str, outbox_id: str | None, worker: str) -> Claim | Non
         external_request_id=call.external_request_id,
         idempotency_key=call.idempotency_key,
     )
+
+
+def _fail_unsent(call: ToolCall, error: tuple[str, str], actor: str) -> None:
+    """Fail a call that was never sent: (error name, message)."""
+    call.last_error_name, call.last_error_message = error
+    call_transition(
+        call, "fail", actor=actor, producer="dispatcher", error_name=error[0], message=error[1]
+    )
+    call.save()
 
 
 DEPENDENCY_FAILED = (
