@@ -140,3 +140,18 @@ def test_tool_call_events_name_their_cause(agent: ApiClient, sandbox: Sandbox) -
     assert events[0].causation_id == ""
     for previous, event in itertools.pairwise(events):
         assert event.causation_id == previous.id
+
+
+def test_another_tenant_cannot_read_or_finish_a_run(
+    agent: ApiClient, other_api: ApiClient, other_tenant: Tenant, sandbox: Sandbox
+) -> None:
+    run_id = start(agent)
+    for response in (
+        other_api.get(f"/api/v1/runs/{run_id}/progress"),
+        other_api.post(f"/api/v1/runs/{run_id}/complete"),
+    ):
+        assert response.status_code == 404
+    outsider = Client()
+    outsider.force_login(make_user("mallory", other_tenant, User.Role.ADMIN))
+    assert outsider.post(f"/desk/runs/{run_id}/resume/").status_code == 404
+    assert Run.objects.get(pk=run_id).state == "active"

@@ -1,0 +1,64 @@
+"""The management commands that create tenants, people and API keys."""
+
+from __future__ import annotations
+
+from io import StringIO
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from runs.models import ApiKey, Tenant, User
+from tests.conftest import ApiClient
+
+
+def run(*args: str) -> tuple[str, str]:
+    out, err = StringIO(), StringIO()
+    call_command(*args, stdout=out, stderr=err)
+    return out.getvalue(), err.getvalue()
+
+
+def test_it_creates_a_tenant_once(db: None) -> None:
+    out, _ = run("create_tenant", "acme", "--name", "Acme Parts")
+    assert "Created tenant acme" in out
+    assert Tenant.objects.get(slug="acme").name == "Acme Parts"
+    with pytest.raises(CommandError, match="exists already"):
+        run("create_tenant", "acme", "--name", "Again")
+
+
+def test_it_creates_a_user_with_a_role(tenant: Tenant) -> None:
+    out, _ = run(
+        "create_user",
+        "alice",
+        "--tenant",
+        "acme",
+        "--role",
+        "approver",
+        "--password",
+        "correct-horse-battery",
+    )
+    assert "Created approver alice" in out
+    user = User.objects.get(username="alice")
+    assert (user.tenant, user.role) == (tenant, "approver")
+    assert user.check_password("correct-horse-battery")
+
+
+def test_it_refuses_an_unknown_tenant(db: None) -> None:
+    with pytest.raises(CommandError, match="create it with create_tenant"):
+        run("create_user", "bob", "--tenant", "nope", "--role", "viewer", "--password", "x")
+
+
+def test_it_prints_a_working_api_key_once_and_stores_its_hash(tenant: Tenant) -> None:
+    token, err = run("create_api_key", "--tenant", "acme", "--name", "refund agent")
+    token = token.strip()
+    key = ApiKey.objects.get()
+    assert "shown only once" in err
+    assert token.startswith(key.pk + ".")
+    assert token.split(".", 1)[1] not in key.secret_hash
+    assert ApiClient(token).post("/api/v1/runs", {"title": "t"}).status_code == 201
+
+
+def test_a_key_can_name_the_person_it_acts_for(tenant: Tenant, viewer: User) -> None:
+    run("create_api_key", "--tenant", "acme", "--principal", "victor")
+    assert ApiKey.objects.get().principal == viewer
+    with pytest.raises(CommandError, match="No user"):
+        run("create_api_key", "--tenant", "acme", "--principal", "nobody")
