@@ -821,16 +821,19 @@ def accept(
 
 
 def reconcile(tool_call_id: str, *, outbox_id: str | None = None) -> None:
-    """Look an unknown outcome up at the external system before anything is sent again."""
-    with transaction.atomic():
-        outbox.mark_done(outbox_id)
+    """Look an unknown outcome up at the external system before anything is sent again.
+
+    Its outbox message is marked done with the result, in the last transaction: a worker
+    that dies in the middle leaves it undone, and the sweeper sends it again."""
     call = ToolCall.objects.select_related("tenant").filter(pk=tool_call_id).first()
     if call is None or call.execution_status not in (E.RESULT_UNKNOWN, E.NEEDS_HUMAN):
+        _done(outbox_id)
         return
     capability = _capability(call)
     token = call.fencing_token
     found, body, error_name = look_up(call, capability)
     with transaction.atomic():
+        outbox.mark_done(outbox_id)
         call = lock_call(tool_call_id)
         if call.fencing_token != token or call.execution_status not in (
             E.RESULT_UNKNOWN,
@@ -838,6 +841,11 @@ def reconcile(tool_call_id: str, *, outbox_id: str | None = None) -> None:
         ):
             return
         _apply_lookup(call, capability, found, body, error_name)
+
+
+def _done(outbox_id: str | None) -> None:
+    with transaction.atomic():
+        outbox.mark_done(outbox_id)
 
 
 def look_up(call: ToolCall, capability: Capability) -> tuple[bool, dict[str, Any], str]:
@@ -953,11 +961,11 @@ def call_hand_to_human(call: ToolCall, actor: str, reason: str) -> None:
 
 
 def verify(tool_call_id: str, *, outbox_id: str | None = None) -> None:
-    """Observe domain reality for an accepted call (DESIGN section 4, verification)."""
-    with transaction.atomic():
-        outbox.mark_done(outbox_id)
+    """Observe domain reality for an accepted call (DESIGN section 4, verification). Like
+    reconcile, it marks its outbox message done only with its result."""
     call = ToolCall.objects.select_related("tenant").filter(pk=tool_call_id).first()
     if call is None or call.verification_status != V.PENDING:
+        _done(outbox_id)
         return
     capability = _capability(call)
     try:
@@ -965,6 +973,7 @@ def verify(tool_call_id: str, *, outbox_id: str | None = None) -> None:
     except UpstreamUnavailable:
         judgment = "unavailable"
     with transaction.atomic():
+        outbox.mark_done(outbox_id)
         call = lock_call(tool_call_id)
         if call.verification_status != V.PENDING:
             return
