@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import operator
+from functools import lru_cache
 from typing import Any
 
 _COMPARE = {
@@ -32,7 +33,9 @@ class ConditionError(ValueError):
     """A condition that is not in the language (said when the policy is saved)."""
 
 
+@lru_cache(maxsize=1024)
 def parse(condition: str) -> ast.Expression:
+    """The checked tree of a condition; policies are few, so trees are kept per process."""
     try:
         tree = ast.parse(condition.strip(), mode="eval")
     except SyntaxError as exc:

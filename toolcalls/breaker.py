@@ -27,21 +27,21 @@ def open_for() -> timedelta:
     return timedelta(seconds=settings.CIRCUIT_OPEN_SECONDS)
 
 
-def admit(call: ToolCall, now: datetime) -> datetime | None:
-    """None when the call may be sent now; otherwise when to try again."""
+def admit(call: ToolCall, now: datetime) -> tuple[datetime | None, bool]:
+    """(when to try again, or None to send now; whether the breaker was closed)."""
     breaker = CircuitBreaker.objects.filter(
         tenant_id=call.tenant_id, capability_id=call.capability_id
     ).first()
     if breaker is None or breaker.state == CircuitBreaker.State.CLOSED:
-        return None
+        return None, True
     if breaker.state == CircuitBreaker.State.OPEN:
         if breaker.opened_until and breaker.opened_until > now:
-            return breaker.opened_until
+            return breaker.opened_until, False
         took_probe = CircuitBreaker.objects.filter(
             pk=breaker.pk, state=CircuitBreaker.State.OPEN, opened_until=breaker.opened_until
         ).update(state=CircuitBreaker.State.HALF_OPEN, probe_tool_call_id=call.pk)
-        return None if took_probe else now + PROBE_WAIT
-    return None if breaker.probe_tool_call_id == call.pk else now + PROBE_WAIT
+        return (None if took_probe else now + PROBE_WAIT), False
+    return (None if breaker.probe_tool_call_id == call.pk else now + PROBE_WAIT), False
 
 
 def record_success(call: ToolCall) -> None:

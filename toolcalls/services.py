@@ -403,6 +403,8 @@ class Claim:
     args: dict[str, Any]
     external_request_id: str
     idempotency_key: str
+    # A success closes a half-open breaker; with a closed one there is nothing to write.
+    breaker_closed: bool = True
 
 
 @dataclass
@@ -454,7 +456,7 @@ def _claim(tool_call_id: str, outbox_id: str | None, worker: str) -> Claim | Non
     if refusal:
         _fail_unsent(call, refusal, system)
         return None
-    wait_until = breaker.admit(call, now)
+    wait_until, breaker_closed = breaker.admit(call, now)
     if wait_until:
         call.next_attempt_at = wait_until
         call.save()
@@ -522,6 +524,7 @@ def _claim(tool_call_id: str, outbox_id: str | None, worker: str) -> Claim | Non
         args=call.args,
         external_request_id=call.external_request_id,
         idempotency_key=call.idempotency_key,
+        breaker_closed=breaker_closed,
     )
 
 
@@ -716,7 +719,8 @@ def record_outcome(claim: Claim, outcome: Outcome) -> str | None:
             actor=system,
             verify_here=True,
         )
-        breaker.record_success(call)
+        if not claim.breaker_closed:
+            breaker.record_success(call)
         return verify_outbox_id
     call.last_error_name, call.last_error_message = outcome.error_name, outcome.message
     breaker.record_failure(call, outcome.error_name, now)
