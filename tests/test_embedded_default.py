@@ -51,6 +51,13 @@ def test_the_demo_serves_the_console_runs_the_agent_and_stops_on_ctrl_c(tmp_path
             60,
             "the scripted agent's refund to be confirmed",
         )
+        # Its third round is the spare-part flow, shipping to an address the carrier refuses:
+        # the reservation made before is released (compensation).
+        wait_for(
+            lambda: "address refused; reservation released" in log.read_text(),
+            90,
+            "the refused address to release the reservation",
+        )
         output = log.read_text()
         assert f"Countersign is running at http://127.0.0.1:{port}/" in output
         assert "log in as alice" in output and "log in as olivia" in output

@@ -41,6 +41,10 @@ def _open_kind(call: ToolCall) -> str | None:
     return None
 
 
+def _budget(used: int, limit: int) -> dict[str, int]:
+    return {"used": used, "max": limit, "left": max(limit - used, 0)}
+
+
 def progress(run: Run) -> dict[str, Any]:
     calls = list(ToolCall.objects.filter(run=run).prefetch_related("depends_on").order_by("id"))
     approvals = {
@@ -72,8 +76,8 @@ def progress(run: Run) -> dict[str, Any]:
         "run_id": run.pk,
         "state": run.state,
         "budgets": {
-            "tool_calls": {"used": len(calls), "max": run.max_tool_calls},
-            "attempts": {"used": Attempt.objects.filter(run=run).count(), "max": run.max_attempts},
+            "tool_calls": _budget(len(calls), run.max_tool_calls),
+            "attempts": _budget(Attempt.objects.filter(run=run).count(), run.max_attempts),
             "deadline": run.deadline,
         },
         "verified": verified,

@@ -59,13 +59,14 @@ def test_the_contract_lists_verified_and_open_items_and_the_next_step(
     approval_id = contract["open"][0]["approval_id"]
     assert approval_id.startswith("apr_")
     assert contract["next_safe_step"].startswith(f"Wait for approval {approval_id}")
-    assert contract["budgets"]["tool_calls"] == {"used": 2, "max": 5}
-    assert contract["budgets"]["attempts"] == {"used": 1, "max": 200}
+    assert contract["budgets"]["tool_calls"] == {"used": 2, "max": 5, "left": 3}
+    assert contract["budgets"]["attempts"] == {"used": 1, "max": 200, "left": 199}
     browser = Client()
     browser.force_login(approver)
     page = browser.get(f"/runs/{run_id}/").content.decode()
     assert contract["next_safe_step"] in page
     assert "Verified (1)" in page and "Open (1)" in page
+    assert "2 used of 5, 3 left" in page
 
 
 def test_an_unknown_outcome_says_do_not_send_again(agent: ApiClient, sandbox: Sandbox) -> None:
