@@ -16,6 +16,7 @@ from runs import services as run_services
 from runs.models import Event, Run, Tenant, User
 from tests.approvals.conftest import BIG_REFUND
 from tests.sandbox_process import Sandbox
+from tests.toolcalls.calls import fresh, propose
 from tests.toolcalls.inline_worker import run_due, run_until
 from toolcalls import services
 from toolcalls.models import Receipt, ToolCall
@@ -35,22 +36,6 @@ def short_timeouts(settings) -> None:
 def run(tenant: Tenant) -> Run:
     run, _ = run_services.run_start(tenant=tenant, title="refund", actor="test")
     return run
-
-
-def propose(run: Run, capability: str = "refund-order-v2", args: dict = REFUND, intent="i-1"):
-    call, _ = services.tool_call_propose(
-        tenant=run.tenant,
-        run_id=run.pk,
-        capability_id=capability,
-        args=args,
-        intent=intent,
-        actor="test",
-    )
-    return call
-
-
-def fresh(call: ToolCall) -> ToolCall:
-    return ToolCall.objects.get(pk=call.pk)
 
 
 def logged_in(user: User) -> Client:

@@ -14,6 +14,7 @@ from runs import services as run_services
 from runs.errors import DomainError
 from runs.models import OutboxMessage, Run, Tenant
 from tests.sandbox_process import Sandbox
+from tests.toolcalls.calls import fresh, propose
 from tests.toolcalls.inline_worker import run_due, run_until
 from toolcalls import services
 from toolcalls.models import Attempt, CircuitBreaker, ObjectRevision, Receipt, ToolCall
@@ -31,24 +32,6 @@ def short_timeouts(settings) -> None:
 def run(tenant: Tenant) -> Run:
     run, _ = run_services.run_start(tenant=tenant, title="refund", actor="test")
     return run
-
-
-def propose(
-    run: Run, capability: str = "refund-order-v2", args: dict = REFUND, intent: str = "intent-1"
-) -> ToolCall:
-    call, _ = services.tool_call_propose(
-        tenant=run.tenant,
-        run_id=run.pk,
-        capability_id=capability,
-        args=args,
-        intent=intent,
-        actor="test",
-    )
-    return call
-
-
-def fresh(call: ToolCall) -> ToolCall:
-    return ToolCall.objects.get(pk=call.pk)
 
 
 def assert_log_matches_state() -> None:
