@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django.db.models import Case, IntegerField, QuerySet, Value, When
+from django.db.models import Case, Count, IntegerField, Q, QuerySet, Value, When
 
 from approvals.models import Approval
 from runs.errors import not_found
@@ -21,7 +21,11 @@ def inbox(*, tenant: Tenant) -> QuerySet[Approval]:
     return (
         Approval.objects.filter(tenant=tenant, state=Approval.State.PENDING)
         .select_related("tool_call", "run")
-        .annotate(risk_rank=RISK_ORDER)
+        .annotate(
+            risk_rank=RISK_ORDER,
+            # One query for the list, not one per row.
+            approvals_so_far=Count("decisions", filter=~Q(decisions__decision="reject")),
+        )
         .order_by("expires_at", "risk_rank", "id")
     )
 

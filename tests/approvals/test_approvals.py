@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from datetime import timedelta
 
 import pytest
 from django.core import mail
@@ -358,3 +359,17 @@ def test_nothing_happens_on_get(agent: ApiClient, approver: User, sandbox: Sandb
     assert response.status_code == 405
     approval.refresh_from_db()
     assert approval.state == "pending"
+
+
+def test_the_inbox_lists_pending_approvals_most_urgent_first(
+    agent: ApiClient, approver: User, bob: User, tenant: Tenant, sandbox: Sandbox
+) -> None:
+    later = approval_of(propose(agent, intent="later"))
+    sooner = approval_of(propose(agent, {**BIG_REFUND, "amount_cents": 120000}, intent="sooner"))
+    Approval.objects.filter(pk=sooner.pk).update(expires_at=later.expires_at - timedelta(hours=1))
+    decide(browser(bob), sooner, "approve")
+    page = browser(approver).get("/approvals/").content.decode()
+    assert page.index(sooner.pk) < page.index(later.pk)
+    assert "1 of 2" in page and "0 of 1" in page
+    partial = browser(approver).get("/approvals/", headers={"HX-Request": "true"})
+    assert 'id="nav-approvals-count" hx-swap-oob="true">2<' in partial.content.decode()
