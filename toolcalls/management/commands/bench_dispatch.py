@@ -34,7 +34,7 @@ import redis
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from bench import pgstats
+from bench import WORKER_STATEMENTS, pgstats
 from bench.procs import MemorySampler, cpu_snapshot, start_sandbox, start_worker, wait_ready
 
 BENCH_DB = "countersign_bench"
@@ -53,8 +53,8 @@ class Command(BaseCommand):
         parser.add_argument("--concurrency", type=int, default=8, help="per worker process")
         parser.add_argument(
             "--celery-app",
-            default="config",
-            help="celery -A module, to measure proposed Celery settings before adopting them",
+            default="bench.counting",
+            help="celery -A module (default: the project's app, counting SQL statements)",
         )
         parser.add_argument("--calls-per-run", type=int, default=20)
         parser.add_argument("--propose-threads", type=int, default=4)
@@ -216,7 +216,15 @@ class Bench:
                 f"{sandbox_url}/ledger", params={"system": "payments"}, timeout=30
             ).json()["effects"]
 
+            worker_statements = int(redis.Redis.from_url(self.broker).get(WORKER_STATEMENTS) or 0)
             ok = self.report(result, before, after, tables_before, tables_after, effects, cpu)
+            if worker_statements:
+                per_call = (worker_statements + result["propose_statements"]) / opts["calls"]
+                self.say(
+                    f"  SQL statements/call (counted in the processes): {per_call:.1f} "
+                    f"(workers {worker_statements / opts['calls']:.1f}, proposals "
+                    f"{result['propose_statements'] / opts['calls']:.1f})"
+                )
             self.say(f"  pg_stat_statements: {statements_reason or 'used'}")
             if statements is not None:
                 per_call = (statements - result["monitor_statements"]) / opts["calls"]
@@ -327,7 +335,8 @@ class Bench:
             )
         hops = ", ".join(f"{t} {v['messages'] / calls:.2f}" for t, v in sorted(r["outbox"].items()))
         self.say(
-            f"  celery messages/call: {hops}; events/call "
+            f"  outbox messages/call (verify's is a safety net: it runs in the dispatch task): "
+            f"{hops}; events/call "
             f"{sum(r['events'].values()) / calls:.1f}; attempts/call {r['attempts'] / calls:.2f}"
         )
         self.say(
