@@ -33,7 +33,7 @@ def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
         "events": selectors.run_events(run=run),
         "decisions": selectors.run_decisions(run=run),
         "tool_calls": tool_calls,
-        "progress": progress(run),
+        "progress": progress(run, tool_calls),
     }
     if request.htmx:
         response = render(request, "runs/detail.html#timeline", context)

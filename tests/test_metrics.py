@@ -16,7 +16,7 @@ from runs import services as run_services
 from runs.models import Event, Run, Tenant, User
 from tests.approvals.conftest import BIG_REFUND
 from tests.sandbox_process import Sandbox
-from tests.toolcalls.calls import fresh, propose
+from tests.toolcalls.calls import fresh, open_the_circuit, propose
 from tests.toolcalls.inline_worker import run_due, run_until
 from toolcalls import services
 from toolcalls.models import Receipt, ToolCall
@@ -269,15 +269,7 @@ def test_a_resend_answered_as_already_existing_is_a_remote_dedupe_replay(
 def test_an_open_circuit_is_2_and_closed_again_0(
     admin_user: User, run: Run, sandbox: Sandbox, settings, monkeypatch
 ) -> None:
-    settings.CIRCUIT_OPEN_SECONDS = 1.0
-    monkeypatch.setattr(services, "backoff", lambda policy, failures, retry_after: 0.0)
-    sandbox.faults(system="payments", http_5xx=1.0)
-    calls = [
-        propose(run, args={**REFUND, "amount_cents": 100 + i}, intent=f"i-{i}") for i in range(4)
-    ]
-    for _ in range(3):
-        for call in calls:
-            services.dispatch(call.pk)
+    calls = open_the_circuit(run, sandbox, settings, monkeypatch)
     breaker = "countersign_circuit_breaker_state"
     assert value(scrape(admin_user), breaker, capability="refund-order-v2") == 2
     sandbox.clear_faults()

@@ -45,8 +45,11 @@ def _budget(used: int, limit: int) -> dict[str, int]:
     return {"used": used, "max": limit, "left": max(limit - used, 0)}
 
 
-def progress(run: Run) -> dict[str, Any]:
-    calls = list(ToolCall.objects.filter(run=run).prefetch_related("depends_on").order_by("id"))
+def progress(run: Run, calls: list[ToolCall] | None = None) -> dict[str, Any]:
+    """`calls`: the run's calls when the caller has them already (with depends_on
+    prefetched), so a page does not read them twice."""
+    if calls is None:
+        calls = list(ToolCall.objects.filter(run=run).prefetch_related("depends_on").order_by("id"))
     approvals = {
         a.tool_call_id: a for a in Approval.objects.filter(run=run, state=Approval.State.PENDING)
     }

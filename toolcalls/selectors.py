@@ -17,4 +17,8 @@ def tool_call_get(*, tenant: Tenant, tool_call_id: str) -> ToolCall:
 
 
 def run_tool_calls(*, run: Run) -> QuerySet[ToolCall]:
-    return ToolCall.objects.filter(run=run).prefetch_related("attempts", "receipts").order_by("id")
+    return (
+        ToolCall.objects.filter(run=run)
+        .prefetch_related("attempts", "receipts", "depends_on")
+        .order_by("id")
+    )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from runs.models import Run
 from toolcalls import services
 from toolcalls.models import ToolCall
@@ -21,6 +23,21 @@ def propose(
         actor="test",
     )
     return call
+
+
+def open_the_circuit(run: Run, sandbox: Any, settings: Any, monkeypatch: Any) -> list[ToolCall]:
+    """Four refunds meet a 5xx storm, sent three times each without backoff: the circuit of
+    refund-order-v2 opens (for one second)."""
+    settings.CIRCUIT_OPEN_SECONDS = 1.0
+    monkeypatch.setattr(services, "backoff", lambda policy, failures, retry_after: 0.0)
+    sandbox.faults(system="payments", http_5xx=1.0)
+    calls = [
+        propose(run, args={**REFUND, "amount_cents": 100 + i}, intent=f"i-{i}") for i in range(4)
+    ]
+    for _ in range(3):
+        for call in calls:
+            services.dispatch(call.pk)
+    return calls
 
 
 def fresh(call: ToolCall) -> ToolCall:

@@ -14,7 +14,7 @@ from runs import services as run_services
 from runs.errors import DomainError
 from runs.models import OutboxMessage, Run, Tenant
 from tests.sandbox_process import Sandbox
-from tests.toolcalls.calls import fresh, propose
+from tests.toolcalls.calls import fresh, open_the_circuit, propose
 from tests.toolcalls.inline_worker import run_due, run_until
 from toolcalls import services
 from toolcalls.models import Attempt, CircuitBreaker, ObjectRevision, Receipt, ToolCall
@@ -156,15 +156,7 @@ def test_retries_give_up_after_the_policy_and_can_be_retried_by_hand(
 def test_a_5xx_storm_opens_the_circuit_and_a_probe_closes_it(
     run: Run, sandbox: Sandbox, settings, monkeypatch
 ) -> None:
-    settings.CIRCUIT_OPEN_SECONDS = 1.0
-    monkeypatch.setattr(services, "backoff", lambda policy, failures, retry_after: 0.0)
-    sandbox.faults(system="payments", http_5xx=1.0)
-    calls = [
-        propose(run, args={**REFUND, "amount_cents": 100 + i}, intent=f"i-{i}") for i in range(4)
-    ]
-    for _ in range(3):
-        for call in calls:
-            services.dispatch(call.pk)
+    calls = open_the_circuit(run, sandbox, settings, monkeypatch)
     breaker = CircuitBreaker.objects.get(capability_id="refund-order-v2")
     assert breaker.state == "open"
     sent_before = Attempt.objects.count()
