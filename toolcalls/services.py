@@ -236,6 +236,7 @@ def _lock_open_run(tenant: Tenant, run_id: str) -> Run:
         raise not_found("run", run_id)
     if not run.is_open:
         raise DomainError("run.closed", f"Run {run.pk} is {run.state}; it takes no new calls.")
+    run.tenant = tenant  # known already: the policy check reads it without another query
     return run
 
 
@@ -249,6 +250,8 @@ def _decision(run: Run, decision_id: str | None) -> Decision | None:
 
 
 def _dependencies(run: Run, ids: list[str]) -> list[ToolCall]:
+    if not ids:
+        return []
     found = list(ToolCall.objects.filter(run=run, pk__in=ids))
     missing = sorted(set(ids) - {call.pk for call in found})
     if missing:
@@ -320,7 +323,7 @@ def _create_call(
     if object_revision is not None:
         _check_object(run, capability, object_ref, object_revision)
     call = ToolCall(
-        tenant_id=run.tenant_id,
+        tenant=run.tenant,
         run=run,
         capability_id=capability.id,
         decision=decision,
@@ -426,10 +429,11 @@ def dispatch(tool_call_id: str, *, outbox_id: str | None = None, worker: str = "
     crashpoint("before_send")
     outcome = send(claim)
     crashpoint("after_send")
-    verify_outbox_id = record_outcome(claim, outcome)
-    if verify_outbox_id:
+    verify_now = record_outcome(claim, outcome)
+    if verify_now:
         # Verify in this task, saving a Celery hop; its outbox message is the safety net.
-        verify(claim.tool_call_id, outbox_id=verify_outbox_id)
+        call, verify_outbox_id = verify_now
+        verify(claim.tool_call_id, outbox_id=verify_outbox_id, call=call)
 
 
 @transaction.atomic
@@ -662,20 +666,17 @@ def backoff(policy: capabilities.RetryPolicy, failures: int, retry_after: float 
 
 
 @transaction.atomic
-def record_outcome(claim: Claim, outcome: Outcome) -> str | None:
-    """Record what the answer proves, if this claim is still current. Returns the id of the
-    verification's outbox message when the caller should verify right away."""
+def record_outcome(claim: Claim, outcome: Outcome) -> tuple[ToolCall, str] | None:
+    """Record what the answer proves, if this claim is still current. Returns the call and
+    the id of its verification's outbox message when the caller should verify right away."""
     call = lock_call(claim.tool_call_id)
-    attempt = Attempt.objects.get(pk=claim.attempt_id)
     now = timezone.now()
-    attempt.ended_at = now
-    attempt.error_name = outcome.error_name
-    attempt.http_status = outcome.http_status
+    attempt = Attempt.objects.filter(pk=claim.attempt_id)
+    ended = {"ended_at": now, "error_name": outcome.error_name, "http_status": outcome.http_status}
     system = "system:dispatcher"
     if call.fencing_token != claim.fencing_token or call.execution_status != E.DISPATCHING:
         # A late or paused worker: its lease was given up and the call moved on without it.
-        attempt.classification = Attempt.Classification.STALE
-        attempt.save()
+        attempt.update(classification=Attempt.Classification.STALE, **ended)
         log.warning(
             "refused stale result for %s (token %s, now %s, %s)",
             call.pk,
@@ -687,7 +688,7 @@ def record_outcome(claim: Claim, outcome: Outcome) -> str | None:
             call,
             "tool_call.stale_result_refused",
             {
-                "attempt_id": attempt.pk,
+                "attempt_id": claim.attempt_id,
                 "fencing_token": claim.fencing_token,
                 "current_token": call.fencing_token,
                 "status_now": call.execution_status,
@@ -698,13 +699,13 @@ def record_outcome(claim: Claim, outcome: Outcome) -> str | None:
             producer="dispatcher",
         )
         return
-    attempt.classification = {
+    classification = {
         "confirmed": Attempt.Classification.CONFIRMED,
         "rejected": Attempt.Classification.REJECTED,
         "retryable": Attempt.Classification.RETRYABLE,
         "unknown": Attempt.Classification.UNKNOWN,
     }[outcome.kind]
-    attempt.save()
+    attempt.update(classification=classification, **ended)
     call.lease_expires_at = None
     capability = claim.capability
     if outcome.kind == "confirmed":
@@ -715,20 +716,20 @@ def record_outcome(claim: Claim, outcome: Outcome) -> str | None:
             outcome.body,
             source=Receipt.Source.DISPATCH,
             status=status,
-            attempt=attempt,
+            attempt_id=claim.attempt_id,
             actor=system,
             verify_here=True,
         )
         if not claim.breaker_closed:
             breaker.record_success(call)
-        return verify_outbox_id
+        return (call, verify_outbox_id) if verify_outbox_id else None
     call.last_error_name, call.last_error_message = outcome.error_name, outcome.message
     breaker.record_failure(call, outcome.error_name, now)
     details = {
         "error_name": outcome.error_name,
         "message": outcome.message,
         "http_status": outcome.http_status,
-        "attempt_id": attempt.pk,
+        "attempt_id": claim.attempt_id,
     }
     if outcome.kind == "rejected":
         call_transition(call, "fail", actor=system, producer="dispatcher", **details)
@@ -767,7 +768,7 @@ def accept(
     source: str,
     status: str,
     actor: str,
-    attempt: Attempt | None = None,
+    attempt_id: str | None = None,
     evidence: str = "",
     verify_here: bool = False,
 ) -> str | None:
@@ -778,7 +779,7 @@ def accept(
     external_id = str(body.get(capability.external_id_field, ""))
     receipt = Receipt.objects.create(
         tool_call=call,
-        attempt=attempt,
+        attempt_id=attempt_id,
         external_id=external_id,
         status=status,
         source=source,
@@ -964,10 +965,14 @@ def call_hand_to_human(call: ToolCall, actor: str, reason: str) -> None:
 # --- verify ---------------------------------------------------------------------------------
 
 
-def verify(tool_call_id: str, *, outbox_id: str | None = None) -> None:
+def verify(
+    tool_call_id: str, *, outbox_id: str | None = None, call: ToolCall | None = None
+) -> None:
     """Observe domain reality for an accepted call (DESIGN section 4, verification). Like
-    reconcile, it marks its outbox message done only with its result."""
-    call = ToolCall.objects.select_related("tenant").filter(pk=tool_call_id).first()
+    reconcile, it marks its outbox message done only with its result. `call` is the dispatcher's
+    copy of it, just committed, which saves reading it again; it is locked again to write."""
+    if call is None:
+        call = ToolCall.objects.select_related("tenant").filter(pk=tool_call_id).first()
     if call is None or call.verification_status != V.PENDING:
         _done(outbox_id)
         return

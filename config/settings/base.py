@@ -101,6 +101,12 @@ if DATABASE_URL:
     DATABASES = {
         "default": dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)
     }
+    if env_bool("DATABASE_PREPARED_STATEMENTS", True):
+        # Server-side binding lets psycopg prepare a statement after its fifth run on a
+        # connection, so PostgreSQL stops parsing and planning the same few queries of every
+        # tool call again (bench_dispatch). Turn it off behind a transaction-mode pooler
+        # (PgBouncer before 1.21), which cannot keep prepared statements per connection.
+        DATABASES["default"]["OPTIONS"] = {"server_side_binding": True, "prepare_threshold": 5}
 else:
     DATABASES = {
         "default": {
