@@ -187,7 +187,7 @@ def append(
 # when the run has no event yet).
 _READ = (
     "SELECT id, seq, hash, tool_call_id, (SELECT c.id FROM runs_event c"
-    " WHERE c.run_id = %s AND c.tool_call_id = %s ORDER BY c.seq DESC LIMIT 1)"
+    " WHERE c.tool_call_id = %s ORDER BY c.seq DESC LIMIT 1)"
     " FROM runs_event WHERE run_id = %s ORDER BY seq DESC LIMIT 1"
 )
 
@@ -206,7 +206,7 @@ def _lock_and_read(run_id: str, tool_call_id: str) -> tuple[dict[str, Any] | Non
             if cursor.fetchone() is None:
                 raise Run.DoesNotExist(run_id)
         # NULL matches no row: run-level events have no previous event of a call.
-        cursor.execute(_READ, [run_id, tool_call_id or None, run_id])
+        cursor.execute(_READ, [tool_call_id or None, run_id])
         row = cursor.fetchone()
     if row is None:
         return None, ""

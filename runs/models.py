@@ -179,33 +179,47 @@ class Event(models.Model):
     id = models.CharField(
         primary_key=True, max_length=40, default=partial(new_id, "evt"), editable=False
     )
-    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="events")
+    # Indexes are few and named in Meta: every event is one insert into each of them, and
+    # PostgreSQL would add a LIKE index beside each indexed text field that nothing uses.
+    run = models.ForeignKey(
+        Run, on_delete=models.PROTECT, related_name="events", db_index=False
+    )  # (run, seq) below serves run lookups
     seq = models.PositiveIntegerField()
     event_type = models.CharField(max_length=100)
     schema_version = models.PositiveSmallIntegerField()
     producer = models.CharField(max_length=100)
-    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="events")
+    tenant = models.ForeignKey(
+        Tenant, on_delete=models.PROTECT, related_name="events", db_index=False
+    )  # (tenant, recorded_at) below serves tenant lookups
     # Who caused it: "user:<username>", "api_key:<id>" or "system:<component>".
     actor = models.CharField(max_length=200, blank=True)
     turn_id = models.CharField(max_length=100, blank=True)
-    decision_id = models.CharField(max_length=40, blank=True, db_index=True)
+    decision_id = models.CharField(max_length=40, blank=True)
     capability_id = models.CharField(max_length=100, blank=True)
-    tool_call_id = models.CharField(max_length=40, blank=True, db_index=True)
-    approval_id = models.CharField(max_length=40, blank=True, db_index=True)
-    correlation_id = models.CharField(max_length=200, blank=True, db_index=True)
+    tool_call_id = models.CharField(max_length=40, blank=True)
+    approval_id = models.CharField(max_length=40, blank=True)
+    correlation_id = models.CharField(max_length=200, blank=True)
     causation_id = models.CharField(max_length=40, blank=True)
     occurred_at = models.DateTimeField()
     recorded_at = models.DateTimeField()
     payload = models.JSONField()
     prev_hash = models.CharField(max_length=64)
-    hash = models.CharField(max_length=64, unique=True)
+    hash = models.CharField(max_length=64)
 
     class Meta:
         ordering = ["run_id", "seq"]
         constraints = [
-            models.UniqueConstraint(fields=["run", "seq"], name="event_unique_seq_per_run")
+            models.UniqueConstraint(fields=["run", "seq"], name="event_unique_seq_per_run"),
+            models.UniqueConstraint(fields=["hash"], name="event_unique_hash"),
         ]
-        indexes = [models.Index(fields=["tenant", "recorded_at"])]
+        indexes = [
+            models.Index(fields=["tenant", "recorded_at"]),
+            # A tool call's last event (its next event's cause) is one step back from the end.
+            models.Index(fields=["tool_call_id", "seq"], name="event_tool_call_seq"),
+            models.Index(fields=["decision_id"], name="event_decision"),
+            models.Index(fields=["approval_id"], name="event_approval"),
+            models.Index(fields=["correlation_id"], name="event_correlation"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.run_id}#{self.seq} {self.event_type}"
