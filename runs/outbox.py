@@ -8,7 +8,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import F
+from django.db.models import F, QuerySet
 from django.utils import timezone
 
 from runs.models import OutboxMessage
@@ -32,7 +32,8 @@ def enqueue(task: str, *args: Any, countdown: float = 0, publish_now: bool = Tru
     return message
 
 
-def publish(message: OutboxMessage, countdown: float = 0) -> None:
+def publish(message: OutboxMessage, countdown: float = 0) -> bool:
+    """Send the message to the broker; False if the broker did not take it."""
     from config.celery_app import app
 
     try:
@@ -47,6 +48,8 @@ def publish(message: OutboxMessage, countdown: float = 0) -> None:
         log.warning(
             "outbox: publishing %s failed; the sweeper will retry", message.pk, exc_info=True
         )
+        return False
+    return True
 
 
 def mark_done(outbox_id: str | None) -> None:
@@ -56,21 +59,60 @@ def mark_done(outbox_id: str | None) -> None:
 
 
 def republish_due(limit: int = 500) -> int:
-    """Publish again the messages nobody took in time. Returns how many."""
+    """Publish again the messages nobody took in time. Returns how many.
+
+    A message whose task fails every time would come back forever; after
+    OUTBOX_MAX_REPUBLISHES it stays undone and unsent, logged and listed by `outbox_stuck`."""
     now = timezone.now()
     cutoff = now - timedelta(seconds=settings.OUTBOX_REPUBLISH_AFTER_SECONDS)
     due = list(
-        OutboxMessage.objects.filter(done_at=None, available_at__lt=cutoff).order_by(
-            "available_at"
-        )[:limit]
+        OutboxMessage.objects.filter(
+            done_at=None,
+            available_at__lt=cutoff,
+            published_count__lt=settings.OUTBOX_MAX_REPUBLISHES,
+        ).order_by("available_at")[:limit]
     )
     published = 0
     for message in due:
         # Claim the republish with a conditional update: two sweepers never both send it.
         claimed = OutboxMessage.objects.filter(
             pk=message.pk, done_at=None, available_at=message.available_at
-        ).update(available_at=now, published_count=F("published_count") + 1)
-        if claimed == 1:
-            publish(message)
-            published += 1
+        ).update(available_at=now)
+        if claimed != 1:
+            continue
+        if not publish(message):
+            # The broker is down: the others would fail too, each after the client's own
+            # connection retries (seconds). And only a publish the broker took counts towards
+            # the limit, so an hour without a broker uses up no message's republishes.
+            break
+        OutboxMessage.objects.filter(pk=message.pk).update(published_count=F("published_count") + 1)
+        published += 1
+        if message.published_count + 1 >= settings.OUTBOX_MAX_REPUBLISHES:
+            log.error(
+                "outbox: %s (%s %s) published %d times and never done; it is not published"
+                " again. `manage.py outbox_stuck` lists it, --requeue sends it again.",
+                message.pk,
+                message.task,
+                message.args,
+                message.published_count + 1,
+            )
     return published
+
+
+def stuck() -> QuerySet[OutboxMessage]:
+    """Messages the sweeper gave up on: republished to the limit and still undone."""
+    return OutboxMessage.objects.filter(
+        done_at=None, published_count__gte=settings.OUTBOX_MAX_REPUBLISHES
+    ).order_by("available_at")
+
+
+def requeue(message_id: str) -> bool:
+    """Give a stuck message a fresh set of republishes and publish it now."""
+    message = stuck().filter(pk=message_id).first()
+    if message is None:
+        return False
+    OutboxMessage.objects.filter(pk=message.pk).update(
+        published_count=0, available_at=timezone.now()
+    )
+    publish(message)
+    return True

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
+import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+
+import redis
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -24,6 +28,35 @@ def wait_for(check: Callable[[], bool], timeout: float, what: str, interval: flo
             return
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+# As bin/test and .ci/run start it: on loopback, keeping nothing on disk.
+REDIS_SERVER = ["redis-server", "--daemonize", "yes", "--bind", "127.0.0.1", "--port", "6379"]
+REDIS_SERVER += ["--save", "", "--appendonly", "no"]
+
+
+@contextlib.contextmanager
+def redis_down(url: str) -> Iterator[None]:
+    """Shut the Redis server at `url` down (keeping nothing, as it is run here), then start it
+    again the way bin/test and .ci/run do."""
+    server = redis.Redis.from_url(url)
+    with contextlib.suppress(redis.exceptions.ConnectionError):
+        server.shutdown(nosave=True)  # it closes the connection as it goes
+    try:
+        yield
+    finally:
+        subprocess.run(
+            REDIS_SERVER,
+            check=True,
+        )
+        wait_for(lambda: _pings(server), 10, "Redis to start again")
+
+
+def _pings(server: redis.Redis) -> bool:
+    try:
+        return bool(server.ping())
+    except redis.exceptions.ConnectionError:
+        return False
 
 
 def embedded_env(var_dir: Path) -> dict[str, str]:

@@ -237,6 +237,9 @@ CIRCUIT_OPEN_SECONDS = float(os.environ.get("CIRCUIT_OPEN_SECONDS", "30"))
 LEASE_MARGIN_SECONDS = float(os.environ.get("LEASE_MARGIN_SECONDS", "10"))
 # An outbox message still undone this long after it was due is published again.
 OUTBOX_REPUBLISH_AFTER_SECONDS = float(os.environ.get("OUTBOX_REPUBLISH_AFTER_SECONDS", "30"))
+# After this many republishes a message is left undone and no longer sent: its task keeps
+# failing, and `manage.py outbox_stuck` lists it for a person (who can --requeue it).
+OUTBOX_MAX_REPUBLISHES = int(os.environ.get("OUTBOX_MAX_REPUBLISHES", "20"))
 # How often beat sweeps: expired leases, outbox messages nobody took.
 SWEEP_INTERVAL_SECONDS = float(os.environ.get("SWEEP_INTERVAL_SECONDS", "10"))
 # How often beat expires due approvals and escalates those close to expiry.

@@ -7,15 +7,12 @@ states, and that the state replayed from the log equals the stored state.
 
 from __future__ import annotations
 
-import contextlib
 import signal
-import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-import redis
 from django.conf import settings
 from django.core.management import call_command
 
@@ -24,7 +21,7 @@ from runs.models import Tenant
 from runs.services import api_key_issue
 from tests.celery_processes import CeleryProcess, flush_broker, process_env
 from tests.conftest import ApiClient
-from tests.helpers import wait_for
+from tests.helpers import redis_down, wait_for
 from tests.sandbox_process import Sandbox
 from toolcalls.connectors import SANDBOX_TOKENS
 from toolcalls.models import Attempt, ToolCall
@@ -262,28 +259,10 @@ def test_the_sandbox_restarted_mid_run(api, sandbox, start) -> None:
 def test_redis_restarted_mid_run(api, sandbox, start) -> None:
     start("worker")
     start("beat")
-    broker = redis.Redis.from_url(settings.CELERY_BROKER_URL)
-    with contextlib.suppress(redis.exceptions.ConnectionError):
-        broker.shutdown(nosave=True)  # it closes the connection as it goes
-    calls = [
-        propose(api, args={**REFUND, "amount_cents": 300 + i}, intent=f"q{i}") for i in range(3)
-    ]
-    subprocess.run(
-        [
-            "redis-server",
-            "--daemonize",
-            "yes",
-            "--bind",
-            "127.0.0.1",
-            "--port",
-            "6379",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ],
-        check=True,
-    )
+    with redis_down(settings.CELERY_BROKER_URL):
+        calls = [
+            propose(api, args={**REFUND, "amount_cents": 300 + i}, intent=f"q{i}") for i in range(3)
+        ]
     # Their messages were never published: the outbox sweeper sends them once Redis is back.
     for call in calls:
         settled(call, timeout=90)

@@ -1,0 +1,88 @@
+"""The outbox sweeper: it republishes messages nobody finished, up to a limit, and a person can
+list the ones it gave up on and send them again."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from datetime import timedelta
+from io import StringIO
+
+import pytest
+import redis
+from django.conf import settings
+from django.core.management import CommandError, call_command
+from django.db import transaction
+from django.test import override_settings
+from django.utils import timezone
+
+from runs import outbox
+from runs.models import OutboxMessage
+from tests.helpers import redis_down, wait_for
+
+# A task no worker knows: published to the broker, never done.
+TASK = "tests.never_done"
+
+
+def queued(message: OutboxMessage) -> int:
+    """How many copies of the message the broker holds in the default queue."""
+    client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    return sum(message.pk.encode() in raw for raw in client.lrange("celery", 0, -1))
+
+
+@pytest.fixture
+def message(db: None) -> Iterator[OutboxMessage]:
+    redis.Redis.from_url(settings.CELERY_BROKER_URL).delete("celery")
+    with transaction.atomic():
+        message = outbox.enqueue(TASK, "x", publish_now=False)
+    OutboxMessage.objects.filter(pk=message.pk).update(
+        available_at=timezone.now() - timedelta(minutes=5)
+    )
+    yield message
+    redis.Redis.from_url(settings.CELERY_BROKER_URL).delete("celery")
+
+
+@override_settings(OUTBOX_REPUBLISH_AFTER_SECONDS=0, OUTBOX_MAX_REPUBLISHES=3)
+def test_a_message_never_done_is_republished_up_to_the_limit_then_listed(
+    message: OutboxMessage, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.ERROR, logger="runs.outbox"):
+        sent = [outbox.republish_due() for _ in range(5)]
+    assert sent == [1, 1, 1, 0, 0]
+    message.refresh_from_db()
+    assert message.published_count == 3 and message.done_at is None
+    assert queued(message) == 3
+    assert [r.message for r in caplog.records if message.pk in r.message] == [
+        f"outbox: {message.pk} ({TASK} ['x']) published 3 times and never done; it is not "
+        "published again. `manage.py outbox_stuck` lists it, --requeue sends it again."
+    ]
+
+    out = StringIO()
+    call_command("outbox_stuck", stdout=out)
+    assert f"{message.pk}  {TASK}  args=['x']  published 3 times" in out.getvalue()
+    assert "1 stuck (republished 3 times, never done)" in out.getvalue()
+
+    call_command("outbox_stuck", "--requeue", message.pk, stdout=StringIO())
+    message.refresh_from_db()
+    assert message.published_count == 0
+    assert queued(message) == 4
+    assert list(outbox.stuck()) == []
+    assert outbox.republish_due() == 1  # it has its republishes again
+
+
+def test_requeue_refuses_a_message_that_is_not_stuck(message: OutboxMessage) -> None:
+    with pytest.raises(CommandError, match=f"No stuck outbox message {message.pk}"):
+        call_command("outbox_stuck", "--requeue", message.pk, stdout=StringIO())
+
+
+@override_settings(OUTBOX_REPUBLISH_AFTER_SECONDS=0, OUTBOX_MAX_REPUBLISHES=3)
+def test_publishes_the_broker_refused_do_not_count(message: OutboxMessage) -> None:
+    with redis_down(settings.CELERY_BROKER_URL):
+        assert [outbox.republish_due() for _ in range(2)] == [0, 0]
+        message.refresh_from_db()
+        assert message.published_count == 0
+    # The broker is back: the next sweeps send it (the first may meet a dead pooled connection).
+    wait_for(lambda: outbox.republish_due() == 1, 10, "a republish the broker takes")
+    message.refresh_from_db()
+    assert message.published_count == 1
+    assert queued(message) == 1
