@@ -15,7 +15,6 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from functools import cache
 from hashlib import sha256
 from typing import Any
 
@@ -183,6 +182,11 @@ def append(
 # Appends are the hottest write of the product (about seven per tool call), so they go
 # through plain SQL: compiling the equivalent ORM queries cost several times more CPU than
 # running them (bench_dispatch).
+_FIELDS = Event._meta.concrete_fields
+_INSERT = (
+    f"INSERT INTO runs_event ({', '.join(field.column for field in _FIELDS)})"
+    f" VALUES ({', '.join(['%s'] * len(_FIELDS))})"
+)
 # The run's last event, and the id of the tool call's last event, in one statement (none
 # when the run has no event yet).
 _READ = (
@@ -214,19 +218,12 @@ def _lock_and_read(run_id: str, tool_call_id: str) -> tuple[dict[str, Any] | Non
 
 
 def _insert(event: Event) -> None:
-    fields = Event._meta.concrete_fields
-    values = [field.get_db_prep_save(getattr(event, field.attname), connection) for field in fields]
+    values = [
+        field.get_db_prep_save(getattr(event, field.attname), connection) for field in _FIELDS
+    ]
     with connection.cursor() as cursor:
-        cursor.execute(_insert_sql(connection.vendor), values)
+        cursor.execute(_INSERT, values)
     event._state.adding, event._state.db = False, connection.alias
-
-
-@cache
-def _insert_sql(vendor: str) -> str:
-    quote = connection.ops.quote_name
-    columns = ", ".join(quote(field.column) for field in Event._meta.concrete_fields)
-    placeholders = ", ".join(["%s"] * len(Event._meta.concrete_fields))
-    return f"INSERT INTO {quote(Event._meta.db_table)} ({columns}) VALUES ({placeholders})"
 
 
 def rfc8785_roundtrip(payload: dict[str, Any]) -> dict[str, Any]:

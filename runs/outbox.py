@@ -106,13 +106,13 @@ def stuck() -> QuerySet[OutboxMessage]:
     ).order_by("available_at")
 
 
-def requeue(message_id: str) -> bool:
-    """Give a stuck message a fresh set of republishes and publish it now."""
+def requeue(message_id: str) -> bool | None:
+    """Give a stuck message a fresh set of republishes and publish it now. None when no such
+    message is stuck; otherwise whether the broker took it (if not, the sweeper sends it)."""
     message = stuck().filter(pk=message_id).first()
     if message is None:
-        return False
+        return None
     OutboxMessage.objects.filter(pk=message.pk).update(
         published_count=0, available_at=timezone.now()
     )
-    publish(message)
-    return True
+    return publish(message)

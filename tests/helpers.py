@@ -45,10 +45,7 @@ def redis_down(url: str) -> Iterator[None]:
     try:
         yield
     finally:
-        subprocess.run(
-            REDIS_SERVER,
-            check=True,
-        )
+        subprocess.run(REDIS_SERVER, check=True)
         wait_for(lambda: _pings(server), 10, "Redis to start again")
 
 

@@ -62,7 +62,9 @@ def test_a_message_never_done_is_republished_up_to_the_limit_then_listed(
     assert f"{message.pk}  {TASK}  args=['x']  published 3 times" in out.getvalue()
     assert "1 stuck (republished 3 times, never done)" in out.getvalue()
 
-    call_command("outbox_stuck", "--requeue", message.pk, stdout=StringIO())
+    out = StringIO()
+    call_command("outbox_stuck", "--requeue", message.pk, stdout=out)
+    assert out.getvalue() == f"Requeued {message.pk}: published again now.\n"
     message.refresh_from_db()
     assert message.published_count == 0
     assert queued(message) == 4

@@ -22,9 +22,17 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["requeue"]:
-            if not outbox.requeue(options["requeue"]):
+            taken = outbox.requeue(options["requeue"])
+            if taken is None:
                 raise CommandError(f"No stuck outbox message {options['requeue']}.")
-            self.stdout.write(f"Requeued {options['requeue']}: published again now.")
+            self.stdout.write(
+                f"Requeued {options['requeue']}: "
+                + (
+                    "published again now."
+                    if taken
+                    else "the broker refused it; the sweeper will publish it."
+                )
+            )
             return
         messages = list(outbox.stuck())
         for message in messages:
