@@ -1,7 +1,13 @@
-"""Approval policies (data, versioned) and approvals bound to one tool call's arguments."""
+"""Approval policies (data, versioned) and approvals bound to one tool call's arguments.
+
+The approvals app sits below toolcalls: it never imports it. An approval names the tool call
+it is bound to by foreign key ("toolcalls.ToolCall", a string), and toolcalls acts on what
+approvals decide (toolcalls/gate.py).
+"""
 
 from __future__ import annotations
 
+from datetime import datetime
 from functools import partial
 
 from django.db import models
@@ -9,7 +15,6 @@ from django_fsm import FSMField, FSMModelMixin, transition
 
 from runs.ids import new_id
 from runs.models import Run, Tenant, User
-from toolcalls.models import ToolCall
 
 
 class Policy(models.Model):
@@ -67,7 +72,9 @@ class Approval(FSMModelMixin, models.Model):
     )
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="approvals")
     run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="approvals")
-    tool_call = models.ForeignKey(ToolCall, on_delete=models.PROTECT, related_name="approvals")
+    tool_call = models.ForeignKey(
+        "toolcalls.ToolCall", on_delete=models.PROTECT, related_name="approvals"
+    )
     state = FSMField(default=State.PENDING, choices=State.choices, protected=True)
     # What exactly is approved: these arguments, on this revision of the object, in this scope.
     args = models.JSONField()
@@ -105,29 +112,56 @@ class Approval(FSMModelMixin, models.Model):
     def is_open(self) -> bool:
         return self.state in self.OPEN_STATES
 
+    @property
+    def is_pending(self) -> bool:
+        return self.state == self.State.PENDING
+
+    @property
+    def approvals_so_far(self) -> int:
+        """How many distinct people approved (a rejection ends the approval instead). The inbox
+        annotates it as `approved_count` in its one query."""
+        counted = self.__dict__.get("approved_count")
+        if counted is not None:
+            return counted
+        return self.decisions.exclude(decision=ApprovalDecision.Kind.REJECT).count()
+
+    def can_be_decided_by(self, user: User, now: datetime) -> bool:
+        """The rule the approval page shows buttons by; the decision services enforce the same
+        rules and say which one failed (approvals/services.py)."""
+        return (
+            self.is_pending
+            and self.expires_at > now
+            and user.can_decide
+            and user.tenant_id == self.tenant_id
+            and self.requested_by_id != user.pk
+        )
+
+    # Every change bumps `version`: a form rendered at another version is stale.
+
     @transition(field=state, source=State.PENDING, target=State.APPROVED)
     def approve(self) -> None:
-        pass
+        self.version += 1
 
     @transition(field=state, source=State.PENDING, target=State.REJECTED)
     def reject(self) -> None:
-        pass
+        self.version += 1
 
     @transition(field=state, source=State.APPROVED, target=State.CONSUMED)
     def consume(self) -> None:
         """Used once, by the dispatch it authorizes."""
+        self.version += 1
 
     @transition(field=state, source=OPEN_STATES, target=State.EXPIRED)
     def expire(self) -> None:
-        pass
+        self.version += 1
 
     @transition(field=state, source=OPEN_STATES, target=State.INVALIDATED)
     def invalidate(self) -> None:
-        pass
+        self.version += 1
 
     @transition(field=state, source=OPEN_STATES, target=State.CANCELLED)
     def cancel(self) -> None:
-        pass
+        self.version += 1
 
 
 class ApprovalDecision(models.Model):

@@ -24,7 +24,7 @@ def inbox(*, tenant: Tenant) -> QuerySet[Approval]:
         .annotate(
             risk_rank=RISK_ORDER,
             # One query for the list, not one per row.
-            approvals_so_far=Count("decisions", filter=~Q(decisions__decision="reject")),
+            approved_count=Count("decisions", filter=~Q(decisions__decision="reject")),
         )
         .order_by("expires_at", "risk_rank", "id")
     )

@@ -1,35 +1,76 @@
-"""Approver decisions, expiry, escalation and notification.
+"""Approval writes: open one, record people's decisions, and the approval's own transitions.
+
+This app is below toolcalls and never imports it: these functions change approvals only.
+What a decision means for the tool call (authorize it, reject it, ask again after an edit) is
+decided in toolcalls/gate.py, which calls these inside its transactions and acts on the result.
 
 A decision is a command: it is checked against the approval's current state and against what
-the person saw (the version and summary hash their page was rendered with), then recorded as
-events in one transaction with the call's transition.
+the person saw (the version and summary hash their page was rendered with).
 """
 
 from __future__ import annotations
 
 from datetime import timedelta
+from hashlib import sha256
 from typing import Any
 
 from django.conf import settings
 from django.core.mail import send_mail
 from django.db import transaction
-from django.db.models.functions import Now
 from django.urls import reverse
 from django.utils import timezone
 
-from approvals import gate
-from approvals.models import Approval, ApprovalDecision, Policy
-from runs import events
-from runs.canonical import digest
+from approvals.errors import (
+    ALREADY_APPROVED_BY_YOU,
+    ALREADY_DECIDED,
+    EXPIRED,
+    FORBIDDEN,
+    INVALID_STATE,
+    REASON_REQUIRED,
+    SELF_APPROVAL,
+    STALE,
+)
+from approvals.event_types import APPROVAL_EVENTS
+from approvals.models import Approval, ApprovalDecision
+from approvals.policies import Requirement
+from runs import events, outbox, transitions
 from runs.errors import DomainError, not_found
-from runs.models import Run, Tenant, User
-from runs.services import actor_for_user, run_transition
-from toolcalls import capabilities
-from toolcalls import services as calls
-from toolcalls.models import E, ToolCall
+from runs.models import Tenant, User
+from runs.services import actor_for_user
+
+NOTIFY_TASK = "approvals.notify"
 
 
-def _lock(tenant: Tenant, approval_id: str) -> Approval:
+def approval_ids(approval: Approval) -> events.Ids:
+    call = approval.tool_call
+    return events.Ids(
+        approval_id=approval.pk,
+        tool_call_id=approval.tool_call_id,
+        capability_id=call.capability_id,
+        decision_id=call.decision_id or "",
+    )
+
+
+def approval_transition(
+    approval: Approval, action: str, *, actor: str, producer: str, reason: str = "", **details
+) -> None:
+    """One approval transition: event and save in the caller's transaction (runs.transitions)."""
+    transitions.apply(
+        approval,
+        action,
+        field="state",
+        event_type=APPROVAL_EVENTS[action],
+        run=approval.run,
+        actor=actor,
+        producer=producer,
+        ids=approval_ids(approval),
+        reason=reason,
+        refusal=INVALID_STATE,
+        **details,
+    )
+
+
+def approval_lock(*, tenant: Tenant, approval_id: str) -> Approval:
     approval = (
         Approval.objects.select_for_update(of=("self",))
         .select_related("run", "tool_call", "policy")
@@ -41,14 +82,93 @@ def _lock(tenant: Tenant, approval_id: str) -> Approval:
     return approval
 
 
+def summary_hash(summary: str, args_digest: str) -> str:
+    """What an approver is shown, in one hash: the words and the exact arguments."""
+    return sha256(f"{summary}\n{args_digest}".encode()).hexdigest()
+
+
+def approval_open(
+    *,
+    call: Any,
+    summary: str,
+    permission: str,
+    needed: Requirement,
+    actor: str,
+    producer: str,
+    requested_by: User | None,
+) -> Approval:
+    """Ask people: bind an approval to this tool call's exact arguments, object revision,
+    scope, policy version and expiry, and notify the tenant's approvers after commit."""
+    approval = Approval.objects.create(
+        tenant_id=call.tenant_id,
+        run_id=call.run_id,
+        tool_call=call,
+        args=call.args,
+        args_digest=call.args_digest,
+        object_ref=call.object_ref,
+        object_revision=call.object_revision,
+        permission=permission,
+        policy=needed.policy,
+        policy_version=needed.policy.version,
+        rule_name=needed.rule_name,
+        risk=needed.risk,
+        required_approvers=needed.approvers,
+        summary=summary,
+        summary_hash=summary_hash(summary, call.args_digest),
+        requested_by=requested_by,
+        expires_at=timezone.now() + timedelta(seconds=needed.policy.expiry_seconds),
+    )
+    events.append(
+        run=call.run,
+        event_type="approval.required",
+        payload={
+            "policy_version": approval.policy_version,
+            "rule": approval.rule_name,
+            "required_approvers": approval.required_approvers,
+            "expires_at": approval.expires_at.isoformat(),
+            "args_digest": approval.args_digest,
+            "summary_hash": approval.summary_hash,
+            "summary": summary,
+            "risk": approval.risk,
+            "object_ref": approval.object_ref,
+            "object_revision": approval.object_revision,
+            "permission": approval.permission,
+            "requested_by": requested_by.username if requested_by else "",
+        },
+        producer=producer,
+        actor=actor,
+        ids=approval_ids(approval),
+    )
+    outbox.enqueue(NOTIFY_TASK, approval.pk)
+    return approval
+
+
+def approval_consume(*, approval: Approval, args_digest: str, actor: str) -> str:
+    """Use an approved approval for the dispatch it authorizes: once. The caller holds the
+    tool call's lock; the approval is locked here. Returns "consumed", "expired" or "changed"
+    (the arguments are not the ones approved, or it is no longer approved)."""
+    approval = (
+        Approval.objects.select_for_update().select_related("run", "tool_call").get(pk=approval.pk)
+    )
+    if approval.state != Approval.State.APPROVED or approval.args_digest != args_digest:
+        return "changed"
+    if approval.expires_at <= timezone.now():
+        return "expired"
+    approval_transition(approval, "consume", actor=actor, producer="dispatcher", reason="dispatch")
+    return "consumed"
+
+
+# --- people's decisions ---------------------------------------------------------------------
+
+
 def _check_decider(approval: Approval, user: User) -> None:
     if user.tenant_id != approval.tenant_id:
         raise not_found("approval", approval.pk)
     if not user.can_decide:
-        raise DomainError("approval.forbidden", "Viewers cannot decide approvals.", status=403)
+        raise DomainError(FORBIDDEN, "Viewers cannot decide approvals.", status=403)
     if approval.requested_by_id == user.pk:
         raise DomainError(
-            "approval.self_approval",
+            SELF_APPROVAL,
             "You asked for this action (the agent acts for you); someone else must decide.",
             status=403,
         )
@@ -60,29 +180,38 @@ def _check_fresh(approval: Approval, seen_version: int, seen_summary_hash: str) 
         last = approval.decisions.select_related("user").last()
         who = f" by {last.user.username}" if last else ""
         raise DomainError(
-            "approval.already_decided",
-            f"This approval is already {approval.state}{who}; nothing was changed.",
+            ALREADY_DECIDED, f"This approval is already {approval.state}{who}; nothing was changed."
         )
     if approval.expires_at <= timezone.now():
-        raise DomainError("approval.expired", "This approval has expired; it cannot be decided.")
+        raise DomainError(EXPIRED, "This approval has expired; it cannot be decided.")
     if seen_summary_hash != approval.summary_hash:
         raise DomainError(
-            "approval.stale",
+            STALE,
             "What this approval would do changed since your page was rendered; review it again.",
         )
     if seen_version != approval.version:
-        count = approval.decisions.count()
         raise DomainError(
-            "approval.stale",
-            f"This approval changed since your page was rendered ({count} of "
-            f"{approval.required_approvers} approvals now); review it again.",
+            STALE,
+            f"This approval changed since your page was rendered ({approval.approvals_so_far} "
+            f"of {approval.required_approvers} approvals now); review it again.",
         )
 
 
-def _record(approval: Approval, user: User, kind: str, reason: str, diff: dict | None) -> None:
+def approval_check_decision(
+    *, approval: Approval, user: User, seen_version: int, seen_summary_hash: str
+) -> None:
+    """May this person decide this approval, on the page they saw? Raises the reason why not."""
+    _check_decider(approval, user)
+    _check_fresh(approval, seen_version, seen_summary_hash)
+
+
+def approval_record_decision(
+    *, approval: Approval, user: User, kind: str, reason: str = "", diff: dict | None = None
+) -> None:
+    """Store one person's decision with what they were shown, and its event."""
     if approval.decisions.filter(user=user).exists():
         raise DomainError(
-            "approval.already_approved_by_you",
+            ALREADY_APPROVED_BY_YOU,
             f"You approved already; it needs {approval.required_approvers} different people.",
         )
     ApprovalDecision.objects.create(
@@ -93,7 +222,6 @@ def _record(approval: Approval, user: User, kind: str, reason: str, diff: dict |
         summary_hash=approval.summary_hash,
         edit_diff=diff,
     )
-    approvals = approval.decisions.exclude(decision=ApprovalDecision.Kind.REJECT).count()
     events.append(
         run=approval.run,
         event_type="approval.decision_recorded",
@@ -103,226 +231,70 @@ def _record(approval: Approval, user: User, kind: str, reason: str, diff: dict |
             "reason": reason,
             "summary_hash": approval.summary_hash,
             **({"edit_diff": diff} if diff else {}),
-            "approvals": approvals,
+            "approvals": approval.approvals_so_far,
             "required_approvers": approval.required_approvers,
         },
         producer="console",
         actor=actor_for_user(user),
-        ids=gate.approval_ids(approval),
+        ids=approval_ids(approval),
     )
     approval.version += 1
-    approval.save()
+    approval.save(update_fields=["version", "updated_at"])
 
 
-def _resume_run_if_nothing_waits(run_id: str, actor: str) -> None:
-    run = Run.objects.select_for_update().get(pk=run_id)
-    if run.state != Run.State.WAITING:
-        return
-    if Approval.objects.filter(run=run, state=Approval.State.PENDING).exists():
-        return
-    run_transition(run, "resume", actor=actor, producer="console", reason="no approval pending")
+def approval_approve(*, approval: Approval, user: User, reason: str = "") -> bool:
+    """Record an approval by `user` (already checked); approve the approval once enough
+    distinct people did. Returns whether it is now approved."""
+    approval_record_decision(
+        approval=approval, user=user, kind=ApprovalDecision.Kind.APPROVE, reason=reason
+    )
+    return approval_approve_if_quorum(approval=approval, actor=actor_for_user(user))
 
 
-@transaction.atomic
-def approval_approve(
-    *,
-    tenant: Tenant,
-    approval_id: str,
-    user: User,
-    seen_version: int,
-    seen_summary_hash: str,
-    reason: str = "",
-) -> Approval:
-    approval = _lock(tenant, approval_id)
-    _check_decider(approval, user)
-    _check_fresh(approval, seen_version, seen_summary_hash)
-    _record(approval, user, ApprovalDecision.Kind.APPROVE, reason, None)
-    _approve_if_quorum(approval, actor_for_user(user))
-    return approval
-
-
-def _approve_if_quorum(approval: Approval, actor: str) -> None:
+def approval_approve_if_quorum(*, approval: Approval, actor: str) -> bool:
     approvers = approval.decisions.exclude(decision=ApprovalDecision.Kind.REJECT)
     if approvers.values("user").distinct().count() < approval.required_approvers:
-        return
-    gate.approval_transition(
+        return False
+    approval_transition(
         approval, "approve", actor=actor, producer="console", reason="quorum reached"
     )
-    call = calls.lock_call(approval.tool_call_id)
-    calls.call_authorize(call, actor=actor, producer="console", reason=f"approved ({approval.pk})")
-    _resume_run_if_nothing_waits(approval.run_id, actor)
+    return True
 
 
-@transaction.atomic
-def approval_reject(
-    *,
-    tenant: Tenant,
-    approval_id: str,
-    user: User,
-    seen_version: int,
-    seen_summary_hash: str,
-    reason: str,
-) -> Approval:
+def approval_reject(*, approval: Approval, user: User, reason: str) -> None:
     if not reason.strip():
-        raise DomainError("approval.reason_required", "Say why you reject it.", status=422)
-    approval = _lock(tenant, approval_id)
-    _check_decider(approval, user)
-    _check_fresh(approval, seen_version, seen_summary_hash)
-    actor = actor_for_user(user)
-    _record(approval, user, ApprovalDecision.Kind.REJECT, reason, None)
-    gate.approval_transition(approval, "reject", actor=actor, producer="console", reason=reason)
-    call = calls.lock_call(approval.tool_call_id)
-    calls.call_transition(call, "reject", actor=actor, producer="console", reason=reason)
-    call.save()
-    _resume_run_if_nothing_waits(approval.run_id, actor)
-    return approval
-
-
-def approval_approve_with_edits(
-    *,
-    tenant: Tenant,
-    approval_id: str,
-    user: User,
-    seen_version: int,
-    seen_summary_hash: str,
-    edits: dict[str, Any],
-    reason: str = "",
-) -> Approval:
-    """Approve different arguments: they are validated like a proposal, get their own digest
-    and are judged by the policy again (raising an amount may need more approvers). Returns
-    the approval that now stands for the call."""
-    approval = Approval.objects.filter(tenant=tenant, pk=approval_id).first()
-    if approval is None:
-        raise not_found("approval", approval_id)
-    capability = capabilities.get(approval.tool_call.capability_id)
-    new_args = {**approval.args, **edits}
-    problems = capability.validate(new_args) or calls.business_check(tenant, capability, new_args)
-    if problems:
-        fields = ", ".join(p["field"] for p in problems)
-        raise DomainError(
-            "tool.validation_failed", f"Fix these fields: {fields}.", status=422, details=problems
-        )
-    diff = {
-        key: {"from": approval.args.get(key), "to": value}
-        for key, value in new_args.items()
-        if approval.args.get(key) != value
-    }
-    if not diff:
-        return approval_approve(
-            tenant=tenant,
-            approval_id=approval_id,
-            user=user,
-            seen_version=seen_version,
-            seen_summary_hash=seen_summary_hash,
-            reason=reason,
-        )
-    with transaction.atomic():
-        approval = _lock(tenant, approval_id)
-        _check_decider(approval, user)
-        _check_fresh(approval, seen_version, seen_summary_hash)
-        actor = actor_for_user(user)
-        _record(approval, user, ApprovalDecision.Kind.APPROVE_WITH_EDITS, reason, diff)
-        gate.approval_transition(
-            approval,
-            "invalidate",
-            actor=actor,
-            producer="console",
-            reason=f"arguments edited by {user.username}",
-        )
-        call = calls.lock_call(approval.tool_call_id)
-        old_digest = call.args_digest
-        call.args, call.args_digest = new_args, digest(new_args)
-        call.save()
-        calls.log_call_event(
-            call,
-            "tool_call.args_edited",
-            {
-                "from_digest": old_digest,
-                "to_digest": call.args_digest,
-                "diff": diff,
-                "args": new_args,
-                "by": user.username,
-            },
-            actor=actor,
-            producer="console",
-        )
-        needed = gate.requirement_for(call, capability)
-        if needed.approvers == 0:
-            calls.call_authorize(
-                call, actor=actor, producer="console", reason="edited arguments need no approval"
-            )
-            _resume_run_if_nothing_waits(call.run_id, actor)
-            return approval
-        replacement = gate.open_approval(
-            call,
-            capability,
-            needed,
-            actor=actor,
-            producer="console",
-            requested_by=approval.requested_by,
-        )
-        # The editor approved the new arguments by writing them.
-        _record(replacement, user, ApprovalDecision.Kind.APPROVE_WITH_EDITS, reason, diff)
-        _approve_if_quorum(replacement, actor)
-        return replacement
-
-
-# --- expiry, escalation, notification -------------------------------------------------------
-
-
-def expire_due(limit: int = 500) -> int:
-    """Expire approvals past their deadline by the database's clock and run the policy's
-    fallback. Safe to run twice at once: each approval is locked and re-checked."""
-    due = list(
-        Approval.objects.filter(state__in=Approval.OPEN_STATES, expires_at__lte=Now()).values_list(
-            "pk", "tenant_id"
-        )[:limit]
+        raise DomainError(REASON_REQUIRED, "Say why you reject it.", status=422)
+    approval_record_decision(
+        approval=approval, user=user, kind=ApprovalDecision.Kind.REJECT, reason=reason
     )
-    expired = 0
-    for approval_id, tenant_id in due:
-        with transaction.atomic():
-            approval = _lock(Tenant(pk=tenant_id), approval_id)
-            if not approval.is_open or approval.expires_at > timezone.now():
-                continue
-            actor = "system:expiry"
-            gate.approval_transition(
-                approval, "expire", actor=actor, producer="beat", reason="deadline passed"
-            )
-            call = calls.lock_call(approval.tool_call_id)
-            if call.execution_status in (E.AWAITING_APPROVAL, E.AUTHORIZED):
-                if call.execution_status == E.AUTHORIZED:
-                    calls.call_transition(
-                        call,
-                        "invalidate",
-                        actor=actor,
-                        producer="beat",
-                        reason="its approval expired before dispatch",
-                    )
-                else:
-                    calls.call_transition(
-                        call, "expire", actor=actor, producer="beat", reason="approval.expired"
-                    )
-                call.save()
-            run = Run.objects.select_for_update().get(pk=approval.run_id)
-            if approval.policy.on_expiry == Policy.OnExpiry.HAND_TO_HUMAN and run.is_open:
-                if run.state == Run.State.WAITING:
-                    run_transition(
-                        run, "resume", actor=actor, producer="beat", reason="approval expired"
-                    )
-                run_transition(
-                    run,
-                    "hand_to_human",
-                    actor=actor,
-                    producer="beat",
-                    reason=f"{approval.pk} expired",
-                )
-            else:
-                _resume_run_if_nothing_waits(run.pk, actor)
-            expired += 1
-    return expired
+    approval_transition(
+        approval, "reject", actor=actor_for_user(user), producer="console", reason=reason
+    )
 
 
-def escalate_due(limit: int = 200) -> int:
+def approval_record_edit(*, approval: Approval, user: User, reason: str, diff: dict) -> None:
+    """The person approved other arguments: their decision is kept on this approval, which no
+    longer describes the call (toolcalls opens a new one for the new arguments if needed)."""
+    approval_record_decision(
+        approval=approval,
+        user=user,
+        kind=ApprovalDecision.Kind.APPROVE_WITH_EDITS,
+        reason=reason,
+        diff=diff,
+    )
+    approval_transition(
+        approval,
+        "invalidate",
+        actor=actor_for_user(user),
+        producer="console",
+        reason=f"arguments edited by {user.username}",
+    )
+
+
+# --- escalation and notification ------------------------------------------------------------
+
+
+def approvals_escalate_due(*, limit: int = 200) -> int:
     """Email the escalation group about pending approvals close to expiry, once each."""
     escalated = 0
     candidates = Approval.objects.filter(
@@ -346,7 +318,7 @@ def escalate_due(limit: int = 200) -> int:
                 payload={"to": recipients, "expires_at": approval.expires_at.isoformat()},
                 producer="beat",
                 actor="system:escalation",
-                ids=gate.approval_ids(approval),
+                ids=approval_ids(approval),
             )
             if recipients:
                 transaction.on_commit(
@@ -358,7 +330,7 @@ def escalate_due(limit: int = 200) -> int:
     return escalated
 
 
-def notify_approvers(approval_id: str) -> int:
+def approval_notify_approvers(*, approval_id: str) -> int:
     """Email the tenant's approvers a link to the approval page. Once per approval."""
     approval = Approval.objects.select_related("tenant").filter(pk=approval_id).first()
     if approval is None or approval.state != Approval.State.PENDING:
@@ -393,7 +365,3 @@ def _mail(approval: Approval, recipients: list[str], subject: str) -> None:
         f"\n\nDecide here: {link}\n"
     )
     send_mail(subject[:200], body, None, recipients)
-
-
-def approval_for_call(call: ToolCall) -> Approval | None:
-    return call.approvals.order_by("-created_at").first()

@@ -1,4 +1,5 @@
-"""Celery tasks of approvals: thin, take ids, call a service."""
+"""Celery tasks of approvals: thin, take ids, call a service. (Expiry changes tool calls, so
+its task, `approvals.expire`, is in toolcalls/tasks.py.)"""
 
 from __future__ import annotations
 
@@ -13,14 +14,9 @@ from runs import outbox
 def notify(approval_id: str, outbox_id: str | None = None) -> int:
     with transaction.atomic():
         outbox.mark_done(outbox_id)
-    return services.notify_approvers(approval_id)
-
-
-@shared_task(name="approvals.expire")
-def expire() -> int:
-    return services.expire_due()
+    return services.approval_notify_approvers(approval_id=approval_id)
 
 
 @shared_task(name="approvals.escalate")
 def escalate() -> int:
-    return services.escalate_due()
+    return services.approvals_escalate_due()

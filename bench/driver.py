@@ -1,7 +1,7 @@
 """The part of the benchmark that runs inside Django, against the benchmark database only.
 
 `setup` creates the tenant and the runs; `drive` proposes the calls from several threads
-through `toolcalls.services.tool_call_propose`, waits until every call is completed and
+through `toolcalls.propose.tool_call_propose`, waits until every call is completed and
 confirmed, and measures from the event log. Everything it reads while waiting goes through
 one counted psycopg connection, so its statements can be taken out of the server's totals.
 """
@@ -93,7 +93,7 @@ def drive(
     poll_interval: float = 0.5,
 ) -> dict[str, Any]:
     from runs.models import Tenant
-    from toolcalls.services import tool_call_propose
+    from toolcalls.propose import tool_call_propose
 
     monitor = Monitor()
     try:

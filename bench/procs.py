@@ -78,7 +78,7 @@ class Child:
 
 def start_sandbox(root: Path, env: dict[str, str], data_dir: Path, log_dir: Path) -> tuple:
     port = free_port()
-    argv = [sys.executable, "-m", "toolcalls.sandbox", "--port", str(port)]
+    argv = [sys.executable, "-m", "sandbox", "--port", str(port)]
     argv += ["--data-dir", str(data_dir), "--quiet"]
     child = Child("sandbox", argv, env, root, log_dir / "sandbox.log").start()
     url = f"http://127.0.0.1:{port}"

@@ -6,15 +6,16 @@ from django.urls import include, path
 from django.views.generic import RedirectView
 
 from config.api import api
+from console import urls as console
 
 urlpatterns = [
     path("", RedirectView.as_view(pattern_name="runs:list", permanent=False)),
     path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
-    path("runs/", include("runs.urls")),
-    path("approvals/", include("approvals.urls")),
-    path("desk/", include("toolcalls.urls")),
-    path("", include("runs.ops_urls")),
+    path("runs/", include((console.runs_patterns, "runs"))),
+    path("approvals/", include((console.approvals_patterns, "approvals"))),
+    path("desk/", include((console.desk_patterns, "desk"))),
+    path("", include((console.ops_patterns, "ops"))),
     path("api/v1/", api.urls),
     path("admin/", admin.site.urls),
 ]

@@ -11,8 +11,6 @@ from pydantic import ConfigDict
 
 from runs import selectors, services
 from runs.models import Decision, Run
-from toolcalls import services as toolcalls_services
-from toolcalls.progress import progress
 
 router = Router(tags=["runs"])
 
@@ -59,24 +57,6 @@ class DecisionOut(Schema):
     content: dict[str, Any]
     supersedes: str | None
     created_at: datetime
-
-
-class StopIn(StrictSchema):
-    reason: str = Field("", max_length=2000)
-
-
-class FinishIn(StrictSchema):
-    failed_permanently: bool = False
-    reason: str = Field("", max_length=2000)
-
-
-class InFlightOut(Schema):
-    tool_call_id: str
-    execution_status: str
-
-
-class StopOut(RunOut):
-    in_flight: list[InFlightOut]
 
 
 class ErrorBody(Schema):
@@ -157,42 +137,3 @@ def record_decision(request: HttpRequest, run_id: str, payload: DecisionIn) -> S
         actor=services.actor_for_key(request.auth),
     )
     return Status(201, decision_out(decision))
-
-
-@router.post("/runs/{run_id}/stop", response={200: StopOut, **ERRORS})
-def stop_run(request: HttpRequest, run_id: str, payload: StopIn | None = None) -> dict[str, Any]:
-    """Cancel the run and its calls not yet dispatched; `in_flight` lists the calls whose
-    outcome is still coming. Stopping a cancelled run again answers the same."""
-    run, in_flight = toolcalls_services.run_stop(
-        tenant=request.auth.tenant,
-        run_id=run_id,
-        reason=payload.reason if payload else "",
-        actor=services.actor_for_key(request.auth),
-    )
-    return {
-        **run_out(run),
-        "in_flight": [
-            {"tool_call_id": c.pk, "execution_status": c.execution_status} for c in in_flight
-        ],
-    }
-
-
-@router.post("/runs/{run_id}/complete", response={200: RunOut, **ERRORS})
-def finish_run(request: HttpRequest, run_id: str, payload: FinishIn | None = None) -> dict:
-    """End the run. Its exit type comes from its calls: `completed`,
-    `completed_with_degradation`, `needs_human`, or `failed_permanently` when you say so."""
-    run = toolcalls_services.run_finish(
-        tenant=request.auth.tenant,
-        run_id=run_id,
-        failed_permanently=payload.failed_permanently if payload else False,
-        reason=payload.reason if payload else "",
-        actor=services.actor_for_key(request.auth),
-    )
-    return run_out(run)
-
-
-@router.get("/runs/{run_id}/progress", response={200: dict[str, Any], **ERRORS})
-def run_progress(request: HttpRequest, run_id: str) -> dict[str, Any]:
-    """The progress contract: verified items, open items, failed items and the next safe
-    step, derived from stored state (the run page shows the same)."""
-    return progress(selectors.run_get(tenant=request.auth.tenant, run_id=run_id))

@@ -1,4 +1,5 @@
-"""Who may see console pages: a signed-in person who belongs to a tenant."""
+"""Who may see console pages: a signed-in person who belongs to a tenant; some pages only its
+admins."""
 
 from __future__ import annotations
 
@@ -18,6 +19,17 @@ def tenant_member_required(view: Callable[..., HttpResponse]) -> Callable[..., H
         # tenant data only.
         if request.user.tenant_id is None:
             raise PermissionDenied("This account belongs to no tenant.")
+        return view(request, *args, **kwargs)
+
+    return wrapper
+
+
+def tenant_admin_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    @tenant_member_required
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args: object, **kwargs: object) -> HttpResponse:
+        if not request.user.is_tenant_admin:
+            raise PermissionDenied("Only the tenant's admins see this page.")
         return view(request, *args, **kwargs)
 
     return wrapper

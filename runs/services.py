@@ -151,7 +151,8 @@ def _same_request(run: Run, request_digest: str) -> Run:
 
 
 def run_transition(run: Run, action: str, *, actor: str, reason: str = "", producer: str) -> Run:
-    """Apply one Run transition and log it. The caller holds the row lock in a transaction."""
+    """Apply one Run transition, log it and save the run (runs.transitions has the contract).
+    The run's lifecycle rules (when to wait, resume, finish) are in toolcalls/lifecycle.py."""
     transitions.apply(
         run,
         action,
@@ -163,7 +164,6 @@ def run_transition(run: Run, action: str, *, actor: str, reason: str = "", produ
         reason=reason,
         refusal="run.invalid_state",
     )
-    run.save(update_fields=["state", "updated_at"])
     return run
 
 

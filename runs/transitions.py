@@ -1,11 +1,18 @@
-"""One write path for every state machine: check, transition, log. The caller saves the row
-in the same transaction."""
+"""One write path for every state machine (runs, tool calls, approvals): check the transition,
+apply it, append its event and save the row, all in the caller's transaction.
+
+The contract, for every caller: hold the row lock inside `transaction.atomic()`, set any other
+fields the change needs, then call `apply` (through the app's wrapper: `run_transition`,
+`tool_call_transition`, `approval_transition`). Nobody saves afterwards and nobody sets a
+state field by hand (the fields are `protected=True`). Work that must follow the change goes
+through `runs.outbox.enqueue` in the same transaction; it is published on commit.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from django.db import models
+from django.db import connection, models
 from django_fsm import can_proceed
 
 from runs import events
@@ -27,8 +34,10 @@ def apply(
     refusal: str,
     **details: Any,
 ) -> Event:
-    """Apply transition `action` of `obj` and append its event with `from`, `to`, `reason`
-    and any non-empty details. `refusal` names the error when the transition is not allowed."""
+    """Apply transition `action` of `obj`, append its event with `from`, `to`, `reason` and any
+    non-empty details, and save `obj`. `refusal` names the error when it is not allowed."""
+    if not connection.in_atomic_block:
+        raise RuntimeError("a state change is written in a transaction, with the row locked")
     before = getattr(obj, field)
     method = getattr(obj, action)
     if not can_proceed(method):
@@ -38,6 +47,8 @@ def apply(
     if reason:
         payload["reason"] = reason
     payload.update({key: value for key, value in details.items() if value not in (None, "")})
-    return events.append(
+    event = events.append(
         run=run, event_type=event_type, payload=payload, producer=producer, actor=actor, ids=ids
     )
+    obj.save()
+    return event

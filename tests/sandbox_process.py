@@ -24,7 +24,7 @@ class Sandbox:
             [
                 sys.executable,
                 "-m",
-                "toolcalls.sandbox",
+                "sandbox",
                 "--port",
                 str(self.port),
                 "--data-dir",

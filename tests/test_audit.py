@@ -11,17 +11,17 @@ from django.db import transaction
 from django.test import Client
 from django.utils import timezone
 
-from approvals import services as approval_services
 from approvals.models import Approval
+from console.audit import AuditQuery, audit_events, audit_query_from
 from runs import events
 from runs import services as run_services
-from runs.audit import AuditQuery, audit_events, audit_query_from
 from runs.models import Decision, Event, Run, Tenant, User
 from tests.approvals.conftest import BIG_REFUND
 from tests.sandbox_process import Sandbox
 from tests.toolcalls.inline_worker import run_due
-from toolcalls import services as call_services
+from toolcalls import gate
 from toolcalls.models import ToolCall
+from toolcalls.propose import tool_call_propose
 
 AGENT = "api_key:key_agent0001"
 
@@ -44,7 +44,7 @@ def story(tenant: Tenant, approver: User, sandbox: Sandbox) -> Story:
     decision = run_services.decision_record(
         tenant=tenant, run_id=run.pk, kind="refund_amount", content={"cents": 25000}, actor=AGENT
     )
-    call, _ = call_services.tool_call_propose(
+    call, _ = tool_call_propose(
         tenant=tenant,
         run_id=run.pk,
         capability_id="refund-order-v2",
@@ -54,7 +54,7 @@ def story(tenant: Tenant, approver: User, sandbox: Sandbox) -> Story:
         decision_id=decision.pk,
     )
     approval = Approval.objects.get(tool_call=call)
-    approval_services.approval_approve(
+    gate.tool_call_approve(
         tenant=tenant,
         approval_id=approval.pk,
         user=approver,

@@ -8,7 +8,7 @@ from django.test import Client
 from runs import services
 from runs.models import Run, Tenant, User
 from tests.conftest import PASSWORD
-from toolcalls.services import run_stop
+from toolcalls.lifecycle import run_stop
 
 
 @pytest.fixture

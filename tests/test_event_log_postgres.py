@@ -10,7 +10,7 @@ from django.db import DatabaseError, IntegrityError, connection, connections, tr
 
 from runs import events, services
 from runs.models import Event, Run, Tenant
-from toolcalls.services import run_stop
+from toolcalls.lifecycle import run_stop
 
 
 def start_run(tenant: Tenant, title: str = "refund order-001") -> Run:

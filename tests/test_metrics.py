@@ -9,16 +9,15 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from approvals import services as approval_services
 from approvals.models import Approval
-from runs import metrics
+from console import metrics
 from runs import services as run_services
 from runs.models import Event, Run, Tenant, User
 from tests.approvals.conftest import BIG_REFUND
 from tests.sandbox_process import Sandbox
 from tests.toolcalls.calls import fresh, open_the_circuit, propose
 from tests.toolcalls.inline_worker import run_due, run_until
-from toolcalls import services
+from toolcalls import dispatch, gate, reconcile, sweeps
 from toolcalls.models import Receipt, ToolCall
 
 REFUND = {"order_id": "order-002", "amount_cents": 2500, "currency": "USD"}
@@ -120,7 +119,7 @@ def test_a_lost_answer_is_an_unknown_call_with_its_dwell(
 ) -> None:
     sandbox.faults(system="payments", drop_response_after_commit=1.0, times=1)
     call = propose(run)
-    services.dispatch(call.pk)
+    dispatch.tool_call_dispatch(tool_call_id=call.pk)
     assert fresh(call).execution_status == "result_unknown"
     samples = scrape(admin_user)
     assert value(samples, "countersign_tool_calls_result_unknown") == 1
@@ -136,7 +135,7 @@ def test_a_dispatching_call_whose_lease_expired_is_counted(
     admin_user: User, run: Run, sandbox: Sandbox
 ) -> None:
     call = propose(run)
-    services._claim(call.pk, None, "paused-worker")
+    dispatch.tool_call_claim(tool_call_id=call.pk, outbox_id=None, worker="paused-worker")
     assert value(scrape(admin_user), "countersign_tool_calls_lease_expired") == 0
     ToolCall.objects.filter(pk=call.pk).update(lease_expires_at=timezone.now() - timedelta(1))
     assert value(scrape(admin_user), "countersign_tool_calls_lease_expired") == 1
@@ -148,8 +147,8 @@ def test_a_call_and_its_run_handed_to_a_person_are_counted(
     # A cancellation has no look-up and no remote deduplication: a lost answer goes to a person.
     sandbox.faults(system="carrier", drop_response_after_commit=1.0, times=1)
     call = propose(run, "cancel-waybill-v1", {"waybill_id": "wb_seed0001"})
-    services.dispatch(call.pk)
-    services.reconcile(call.pk)
+    dispatch.tool_call_dispatch(tool_call_id=call.pk)
+    reconcile.tool_call_reconcile(tool_call_id=call.pk)
     assert fresh(call).execution_status == "needs_human"
     samples = scrape(admin_user)
     assert value(samples, "countersign_tool_calls_needs_human") == 1
@@ -172,8 +171,8 @@ def test_approval_latency_is_a_histogram_of_decision_times(
         created_at=timezone.now() - timedelta(minutes=2)
     )
     for approval, decide, extra in (
-        (quick_approval, approval_services.approval_approve, {}),
-        (slow_approval, approval_services.approval_reject, {"reason": "too much"}),
+        (quick_approval, gate.tool_call_approve, {}),
+        (slow_approval, gate.tool_call_reject, {"reason": "too much"}),
     ):
         approval.refresh_from_db()
         decide(
@@ -202,7 +201,7 @@ def test_approval_latency_is_a_histogram_of_decision_times(
 def test_attempts_per_call_counts_retries(
     admin_user: User, run: Run, sandbox: Sandbox, monkeypatch
 ) -> None:
-    monkeypatch.setattr(services, "backoff", lambda policy, failures, retry_after: 0.0)
+    monkeypatch.setattr(dispatch, "backoff", lambda policy, failures, retry_after: 0.0)
     propose(run, intent="at-once")
     run_due()
     sandbox.faults(system="payments", http_429=1.0, retry_after=0, times=2)
@@ -221,11 +220,11 @@ def test_attempts_per_call_counts_retries(
 def a_stale_worker_sends_late(call: ToolCall) -> None:
     """A worker claims the call and pauses; its lease expires, the call is looked up and sent
     again; then the paused worker wakes up and sends too."""
-    stale = services._claim(call.pk, None, "paused-worker")
+    stale = dispatch.tool_call_claim(tool_call_id=call.pk, outbox_id=None, worker="paused-worker")
     ToolCall.objects.filter(pk=call.pk).update(lease_expires_at="2000-01-01T00:00:00Z")
-    assert services.sweep_expired_leases() == 1
+    assert sweeps.leases_sweep_expired() == 1
     run_until(lambda: fresh(call).execution_status == "completed", timeout=30)
-    services.record_outcome(stale, services.send(stale))
+    dispatch.record_outcome(stale, dispatch.send(stale))
 
 
 def test_a_second_waybill_from_a_stale_worker_is_a_duplicate_effect(
@@ -320,7 +319,7 @@ def test_the_dashboard_shows_the_figures_and_polls_for_them(
     admin_user: User, run: Run, sandbox: Sandbox
 ) -> None:
     sandbox.faults(system="payments", drop_response_after_commit=1.0, times=1)
-    services.dispatch(propose(run).pk)
+    dispatch.tool_call_dispatch(tool_call_id=propose(run).pk)
     response = logged_in(admin_user).get("/dashboard/")
     assert response.status_code == 200
     assert response.context["figures"].result_unknown == 1

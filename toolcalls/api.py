@@ -1,4 +1,5 @@
-"""Agent API for capabilities and tool calls."""
+"""Agent API for capabilities and tool calls, and for the run's lifecycle as its calls decide
+it (stop, complete, progress: `run_router`, tagged "runs")."""
 
 from __future__ import annotations
 
@@ -9,12 +10,15 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse
 from ninja import Field, Query, Router, Schema, Status
 
-from runs.api import ERRORS, StrictSchema
+from runs import selectors as run_selectors
+from runs.api import ERRORS, RunOut, StrictSchema, run_out
 from runs.services import actor_for_key
-from toolcalls import capabilities, selectors, services
+from toolcalls import capabilities, commands, lifecycle, propose, selectors
 from toolcalls.models import ToolCall
+from toolcalls.progress import progress
 
 router = Router(tags=["tool calls"])
+run_router = Router(tags=["runs"])
 
 # Long-polling holds a web thread; keep the wait short and bounded.
 MAX_WAIT_SECONDS = 30
@@ -156,7 +160,7 @@ def propose_tool_call(
 ) -> Status:
     """Propose a side effect. The same intent on the same object with the same args answers
     200 with the existing call; with other args, 409 `idempotency.conflict`."""
-    call, created = services.tool_call_propose(
+    call, created = propose.tool_call_propose(
         tenant=request.auth.tenant,
         run_id=run_id,
         capability_id=payload.capability,
@@ -196,7 +200,7 @@ def get_tool_call(
 @router.post("/tool-calls/{tool_call_id}/retry", response={202: ToolCallOut, **ERRORS})
 def retry_tool_call(request: HttpRequest, tool_call_id: str) -> Status:
     """Send a call that failed without executing again, with the same idempotency key."""
-    call = services.tool_call_retry(
+    call = commands.tool_call_retry(
         tenant=request.auth.tenant, tool_call_id=tool_call_id, actor=actor_for_key(request.auth)
     )
     return Status(202, tool_call_out(call))
@@ -205,7 +209,7 @@ def retry_tool_call(request: HttpRequest, tool_call_id: str) -> Status:
 @router.post("/tool-calls/{tool_call_id}/reconcile", response={202: ToolCallOut, **ERRORS})
 def reconcile_tool_call(request: HttpRequest, tool_call_id: str) -> Status:
     """Look an unknown outcome up at the external system now."""
-    call = services.tool_call_reconcile_now(
+    call = commands.tool_call_reconcile_now(
         tenant=request.auth.tenant, tool_call_id=tool_call_id, actor=actor_for_key(request.auth)
     )
     return Status(202, tool_call_out(call))
@@ -217,7 +221,69 @@ def reconcile_tool_call(request: HttpRequest, tool_call_id: str) -> Status:
 def compensate_tool_call(request: HttpRequest, tool_call_id: str) -> Status:
     """Undo a confirmed call with its compensating capability; asking twice answers 200 with
     the same compensating call."""
-    call, created = services.tool_call_compensate(
+    call, created = commands.tool_call_compensate(
         tenant=request.auth.tenant, tool_call_id=tool_call_id, actor=actor_for_key(request.auth)
     )
     return Status(201 if created else 200, tool_call_out(call))
+
+
+# --- the run, as its calls decide it -----------------------------------------------------
+
+
+class StopIn(StrictSchema):
+    reason: str = Field("", max_length=2000)
+
+
+class FinishIn(StrictSchema):
+    failed_permanently: bool = False
+    reason: str = Field("", max_length=2000)
+
+
+class InFlightOut(Schema):
+    tool_call_id: str
+    execution_status: str
+
+
+class StopOut(RunOut):
+    in_flight: list[InFlightOut]
+
+
+
+
+@run_router.post("/runs/{run_id}/stop", response={200: StopOut, **ERRORS})
+def stop_run(request: HttpRequest, run_id: str, payload: StopIn | None = None) -> dict[str, Any]:
+    """Cancel the run and its calls not yet dispatched; `in_flight` lists the calls whose
+    outcome is still coming. Stopping a cancelled run again answers the same."""
+    run, in_flight = lifecycle.run_stop(
+        tenant=request.auth.tenant,
+        run_id=run_id,
+        reason=payload.reason if payload else "",
+        actor=actor_for_key(request.auth),
+    )
+    return {
+        **run_out(run),
+        "in_flight": [
+            {"tool_call_id": c.pk, "execution_status": c.execution_status} for c in in_flight
+        ],
+    }
+
+
+@run_router.post("/runs/{run_id}/complete", response={200: RunOut, **ERRORS})
+def finish_run(request: HttpRequest, run_id: str, payload: FinishIn | None = None) -> dict:
+    """End the run. Its exit type comes from its calls: `completed`,
+    `completed_with_degradation`, `needs_human`, or `failed_permanently` when you say so."""
+    run = lifecycle.run_finish(
+        tenant=request.auth.tenant,
+        run_id=run_id,
+        failed_permanently=payload.failed_permanently if payload else False,
+        reason=payload.reason if payload else "",
+        actor=actor_for_key(request.auth),
+    )
+    return run_out(run)
+
+
+@run_router.get("/runs/{run_id}/progress", response={200: dict[str, Any], **ERRORS})
+def run_progress(request: HttpRequest, run_id: str) -> dict[str, Any]:
+    """The progress contract: verified items, open items, failed items and the next safe
+    step, derived from stored state (the run page shows the same)."""
+    return progress(run_selectors.run_get(tenant=request.auth.tenant, run_id=run_id))

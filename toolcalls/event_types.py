@@ -117,7 +117,9 @@ register(
             "found": {"type": "boolean"},
             "lookup": INT,
             "within_consistency_window": {"type": "boolean"},
+            # Why the look-up proved nothing: a stable name, and the detail in words.
             "error_name": STR,
+            "message": STR,
             "external_id": STR,
         },
     },

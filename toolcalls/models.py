@@ -101,6 +101,7 @@ class ToolCall(FSMModelMixin, models.Model):
     def __str__(self) -> str:
         return f"{self.id} {self.capability_id} {self.execution_status}"
 
+    # Status groupings, named once. Call sites read `call.is_unknown`, not tuples.
     FINAL_EXECUTION = (
         E.COMPLETED,
         E.FAILED,
@@ -110,12 +111,51 @@ class ToolCall(FSMModelMixin, models.Model):
         E.CANCELLED,
         E.COMPENSATED,
     )
+    # The outcome is not known: looked up by the reconciler, or owned by a person.
+    UNKNOWN = (E.RESULT_UNKNOWN, E.NEEDS_HUMAN)
+    # Nothing has left yet: stopping the run cancels these.
+    NOT_SENT = (E.PROPOSED, E.AWAITING_APPROVAL, E.AUTHORIZED)
+    # Sent, and its outcome still arrives by itself: stopping the run reports these.
+    IN_FLIGHT = (E.DISPATCHING, E.RESULT_UNKNOWN, E.ACCEPTED)
+    # Still on its way to an outcome without a person: a run cannot finish before these.
+    ON_ITS_WAY = (*NOT_SENT, E.DISPATCHING, E.ACCEPTED, E.COMPENSATING)
+    # Ended without the effect it asked for.
+    DID_NOT_SUCCEED = (E.FAILED, E.REJECTED, E.EXPIRED, E.INVALIDATED, E.CANCELLED)
+    # A call that depends on one of these is cancelled: it will never be confirmed.
+    CANNOT_SUCCEED = (*DID_NOT_SUCCEED, E.COMPENSATING, E.COMPENSATED, E.NEEDS_HUMAN)
+    FAILED_VERIFICATION = (V.CONFIRMED_FAILURE, V.INCONCLUSIVE)
 
     @property
     def is_settled(self) -> bool:
         """Nothing more will happen to it without a person asking."""
         return (
             self.execution_status in self.FINAL_EXECUTION and self.verification_status != V.PENDING
+        )
+
+    @property
+    def is_unknown(self) -> bool:
+        return self.execution_status in self.UNKNOWN
+
+    @property
+    def is_verified(self) -> bool:
+        return self.verification_status == V.CONFIRMED_SUCCESS
+
+    @property
+    def is_on_its_way(self) -> bool:
+        return self.execution_status in self.ON_ITS_WAY or self.verification_status == V.PENDING
+
+    @property
+    def did_not_succeed(self) -> bool:
+        return (
+            self.execution_status in self.DID_NOT_SUCCEED
+            or self.verification_status in self.FAILED_VERIFICATION
+        )
+
+    @property
+    def cannot_succeed(self) -> bool:
+        return (
+            self.execution_status in self.CANNOT_SUCCEED
+            or self.verification_status in self.FAILED_VERIFICATION
         )
 
     # --- execution ------------------------------------------------------------------------

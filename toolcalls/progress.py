@@ -11,11 +11,8 @@ from typing import Any
 from approvals.models import Approval
 from runs.models import Run
 from toolcalls import capabilities
+from toolcalls.errors import NOT_EXECUTED
 from toolcalls.models import Attempt, E, ToolCall, V
-from toolcalls.services import NOT_EXECUTED_ERRORS
-
-IN_FLIGHT = (E.PROPOSED, E.AUTHORIZED, E.DISPATCHING, E.ACCEPTED, E.COMPENSATING)
-NOT_DONE = (E.FAILED, E.REJECTED, E.EXPIRED, E.INVALIDATED, E.CANCELLED)
 
 
 def _summary(call: ToolCall) -> str:
@@ -34,7 +31,7 @@ def _open_kind(call: ToolCall) -> str | None:
         d.verification_status != V.CONFIRMED_SUCCESS for d in call.depends_on.all()
     ):
         return "waiting_on_dependencies"
-    if call.execution_status in IN_FLIGHT:
+    if call.execution_status in ToolCall.ON_ITS_WAY:
         return "in_flight"
     if call.verification_status == V.PENDING:
         return "verification_pending"
@@ -70,10 +67,7 @@ def progress(run: Run, calls: list[ToolCall] | None = None) -> dict[str, Any]:
             )
         elif call.verification_status == V.CONFIRMED_SUCCESS:
             verified.append({**item, "external_id": call.external_id})
-        elif call.execution_status in NOT_DONE or call.verification_status in (
-            V.CONFIRMED_FAILURE,
-            V.INCONCLUSIVE,
-        ):
+        elif call.did_not_succeed:
             failed.append({**item, "error": call.last_error_name or call.verification_status})
     return {
         "run_id": run.pk,
@@ -128,7 +122,7 @@ def next_safe_step(run: Run, verified: list, open_items: list, failed: list) -> 
                 f"Wait for {ids(kind)} to settle (GET /api/v1/tool-calls/{first}?wait=30); "
                 "nothing needs repeating."
             )
-    retryable = [f for f in failed if f["error"] in NOT_EXECUTED_ERRORS]
+    retryable = [f for f in failed if f["error"] in NOT_EXECUTED]
     if retryable:
         first = retryable[0]
         return (

@@ -58,9 +58,13 @@ INSTALLED_APPS = [
     "template_partials",
     "ninja",
     "axes",
+    # Layers, each importing only those above it in this list: runs ← approvals ← toolcalls
+    # ← console (pages). bench holds the benchmark commands.
     "runs",
-    "toolcalls",
     "approvals",
+    "toolcalls",
+    "console",
+    "bench",
 ]
 
 MIDDLEWARE = [

@@ -47,11 +47,11 @@ def propose(agent: ApiClient, args: dict = BIG_REFUND, intent: str = "big-1") ->
     return response.json()
 
 
+# Each decision has its own URL: approve, reject, edit (approve with edits).
 def decide(client: Client, approval, action: str, **fields):
     return client.post(
-        f"/approvals/{approval.pk}/decide/",
+        f"/approvals/{approval.pk}/{action}/",
         {
-            "action": action,
             "version": approval.version,
             "summary_hash": approval.summary_hash,
             **fields,

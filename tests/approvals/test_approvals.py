@@ -17,7 +17,7 @@ from tests.approvals.conftest import BIG_REFUND, browser, decide, propose
 from tests.conftest import ApiClient, make_user
 from tests.sandbox_process import Sandbox
 from tests.toolcalls.inline_worker import run_due
-from toolcalls import services as call_services
+from toolcalls import dispatch, gate
 from toolcalls.models import ToolCall
 
 
@@ -215,7 +215,7 @@ def test_dispatch_refuses_an_expired_approval(agent: ApiClient, approver: User, 
     approval = approval_of(call)
     decide(browser(approver), approval, "approve")
     Approval.objects.filter(pk=approval.pk).update(expires_at="2000-01-01T00:00:00Z")
-    call_services.dispatch(call["tool_call_id"])
+    dispatch.tool_call_dispatch(tool_call_id=call["tool_call_id"])
     tool_call = ToolCall.objects.get(pk=call["tool_call_id"])
     assert (tool_call.execution_status, tool_call.last_error_name) == ("failed", "approval.expired")
     assert sandbox.ledger() == []
@@ -228,7 +228,7 @@ def test_dispatch_refuses_arguments_the_approval_did_not_see(
     approval = approval_of(call)
     decide(browser(approver), approval, "approve")
     ToolCall.objects.filter(pk=call["tool_call_id"]).update(args_digest="tampered")
-    call_services.dispatch(call["tool_call_id"])
+    dispatch.tool_call_dispatch(tool_call_id=call["tool_call_id"])
     approval.refresh_from_db()
     assert approval.state == "invalidated"
     tool_call = ToolCall.objects.get(pk=call["tool_call_id"])
@@ -249,12 +249,12 @@ def test_concurrent_dispatches_consume_an_approval_once(sandbox: Sandbox) -> Non
     decide(browser(alice), approval, "approve")
     barrier = threading.Barrier(4)
 
-    def dispatch() -> None:
+    def dispatch_once() -> None:
         barrier.wait()
-        call_services.dispatch(call["tool_call_id"])
+        dispatch.tool_call_dispatch(tool_call_id=call["tool_call_id"])
         connections.close_all()
 
-    threads = [threading.Thread(target=dispatch) for _ in range(4)]
+    threads = [threading.Thread(target=dispatch_once) for _ in range(4)]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -270,8 +270,8 @@ def test_expiry_cancels_the_call_and_runs_once(agent: ApiClient, sandbox: Sandbo
     call = propose(agent)
     approval = approval_of(call)
     Approval.objects.filter(pk=approval.pk).update(expires_at="2000-01-01T00:00:00Z")
-    assert approval_services.expire_due() == 1
-    assert approval_services.expire_due() == 0
+    assert gate.approvals_expire_due() == 1
+    assert gate.approvals_expire_due() == 0
     approval.refresh_from_db()
     assert approval.state == "expired"
     assert ToolCall.objects.get(pk=call["tool_call_id"]).execution_status == "expired"
@@ -290,7 +290,7 @@ def test_expiry_can_hand_the_run_to_a_person(agent: ApiClient, tenant: Tenant, s
     Approval.objects.filter(tool_call_id=call["tool_call_id"]).update(
         expires_at="2000-01-01T00:00:00Z"
     )
-    approval_services.expire_due()
+    gate.approvals_expire_due()
     assert Run.objects.get(pk=call["run_id"]).state == "needs_human"
 
 
@@ -307,7 +307,7 @@ def test_two_expiry_sweeps_at_once_change_nothing_twice(sandbox: Sandbox) -> Non
 
     def sweep() -> None:
         barrier.wait()
-        results.append(approval_services.expire_due())
+        results.append(gate.approvals_expire_due())
         connections.close_all()
 
     threads = [threading.Thread(target=sweep) for _ in range(2)]
@@ -336,8 +336,8 @@ def test_escalation_emails_the_group_once(
     propose(agent)
     mail.outbox.clear()
     with django_capture_on_commit_callbacks(execute=True):
-        assert approval_services.escalate_due() == 1
-        assert approval_services.escalate_due() == 0
+        assert approval_services.approvals_escalate_due() == 1
+        assert approval_services.approvals_escalate_due() == 0
     assert [m.to for m in mail.outbox] == [["lead@acme.example"]]
 
 
@@ -346,8 +346,8 @@ def test_approvers_are_emailed_a_link(agent: ApiClient, approver: User, bob: Use
     call = propose(agent)
     approval = approval_of(call)
     mail.outbox.clear()
-    assert approval_services.notify_approvers(approval.pk) == 2
-    assert approval_services.notify_approvers(approval.pk) == 0
+    assert approval_services.approval_notify_approvers(approval_id=approval.pk) == 2
+    assert approval_services.approval_notify_approvers(approval_id=approval.pk) == 0
     (message,) = mail.outbox
     assert f"/approvals/{approval.pk}/" in message.body
     assert "Refund 250.00 USD on order order-003" in message.subject
@@ -355,7 +355,7 @@ def test_approvers_are_emailed_a_link(agent: ApiClient, approver: User, bob: Use
 
 def test_nothing_happens_on_get(agent: ApiClient, approver: User, sandbox: Sandbox) -> None:
     approval = approval_of(propose(agent))
-    response = browser(approver).get(f"/approvals/{approval.pk}/decide/?action=approve")
+    response = browser(approver).get(f"/approvals/{approval.pk}/approve/")
     assert response.status_code == 405
     approval.refresh_from_db()
     assert approval.state == "pending"

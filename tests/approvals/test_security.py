@@ -19,8 +19,8 @@ def test_a_decision_without_a_csrf_token_is_refused(
     client = Client(enforce_csrf_checks=True)
     client.force_login(approver)
     response = client.post(
-        f"/approvals/{approval.pk}/decide/",
-        {"action": "approve", "version": approval.version, "summary_hash": approval.summary_hash},
+        f"/approvals/{approval.pk}/approve/",
+        {"version": approval.version, "summary_hash": approval.summary_hash},
     )
     assert response.status_code == 403
     approval.refresh_from_db()

@@ -7,7 +7,6 @@ import re
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
-from approvals import services as approval_services
 from approvals.models import Approval
 from runs.models import Tenant, User
 from runs.services import api_key_issue
@@ -16,6 +15,7 @@ from tests.celery_processes import CeleryProcess, flush_broker, process_env
 from tests.conftest import PASSWORD, ApiClient, make_user
 from tests.helpers import wait_for
 from tests.sandbox_process import Sandbox
+from toolcalls import gate
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -131,7 +131,7 @@ def test_an_expired_approval_shows_as_expired_and_cannot_be_approved(
     call = propose(world)
     approval = Approval.objects.get(tool_call_id=call["tool_call_id"])
     Approval.objects.filter(pk=approval.pk).update(expires_at="2020-01-01T00:00:00Z")
-    approval_services.expire_due()
+    gate.approvals_expire_due()
     log_in(page, live_server.url, "alice", PASSWORD)
     page.goto(f"{live_server.url}/approvals/{approval.pk}/")
     expect(page.locator("#approval-banner")).to_contain_text("Expired")

@@ -16,7 +16,7 @@ from tests.conftest import PASSWORD, ApiClient, make_user
 from tests.helpers import wait_for
 from tests.sandbox_process import Sandbox
 from tests.toolcalls.inline_worker import run_due
-from toolcalls import services
+from toolcalls import dispatch, reconcile, writes
 from toolcalls.models import ToolCall
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -34,10 +34,10 @@ def unknown_refund(agent: ApiClient, sandbox: Sandbox, amount: int, intent: str)
             "args": {"order_id": "order-002", "amount_cents": amount, "currency": "USD"},
         },
     ).json()["tool_call_id"]
-    services.dispatch(call_id)
+    dispatch.tool_call_dispatch(tool_call_id=call_id)
     with transaction.atomic():
-        call = services.lock_call(call_id)
-        services.call_hand_to_human(call, "system:reconciler", "look-ups exhausted")
+        call = writes.tool_call_lock(call_id)
+        reconcile.tool_call_hand_to_human(call, "look-ups exhausted", actor="system:reconciler")
     return ToolCall.objects.get(pk=call_id)
 
 

@@ -50,7 +50,7 @@ class Sandbox:
         command = [
             sys.executable,
             "-m",
-            "toolcalls.sandbox",
+            "sandbox",
             "--port",
             str(self.port),
             "--data-dir",

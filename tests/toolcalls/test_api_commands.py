@@ -15,7 +15,7 @@ from runs.services import api_key_issue
 from tests.conftest import ApiClient
 from tests.sandbox_process import Sandbox
 from tests.toolcalls.inline_worker import run_due
-from toolcalls import services
+from toolcalls import dispatch
 from toolcalls.connectors import SANDBOX_TOKENS, endpoint_for
 from toolcalls.models import ToolCall
 
@@ -43,7 +43,7 @@ def test_wait_returns_as_soon_as_the_call_changes(sandbox: Sandbox) -> None:
 
     def dispatch_soon() -> None:
         time.sleep(0.5)
-        services.dispatch(call["tool_call_id"])
+        dispatch.tool_call_dispatch(tool_call_id=call["tool_call_id"])
         connections.close_all()
 
     threading.Thread(target=dispatch_soon).start()
@@ -63,7 +63,7 @@ def test_wait_is_bounded(api: ApiClient, sandbox: Sandbox) -> None:
 def test_an_unknown_outcome_is_reconciled_not_retried(api: ApiClient, sandbox: Sandbox) -> None:
     sandbox.faults(system="payments", drop_response_after_commit=1.0, times=1)
     call_id = propose(api)["tool_call_id"]
-    services.dispatch(call_id)
+    dispatch.tool_call_dispatch(tool_call_id=call_id)
     retry = api.post(f"/api/v1/tool-calls/{call_id}/retry")
     assert retry.status_code == 409
     assert retry.json()["error"]["name"] == "tool_call.outcome_unknown"
@@ -85,7 +85,7 @@ def test_a_settled_call_is_neither_retried_nor_reconciled(api: ApiClient, sandbo
 
 
 def test_a_call_that_failed_without_executing_is_retried(api: ApiClient, sandbox, monkeypatch):
-    monkeypatch.setattr(services, "backoff", lambda policy, failures, retry_after: 0.0)
+    monkeypatch.setattr(dispatch, "backoff", lambda policy, failures, retry_after: 0.0)
     sandbox.faults(system="payments", http_429=1.0, retry_after=0, times=6)
     call_id = propose(api)["tool_call_id"]
     run_due()

@@ -12,7 +12,7 @@ from runs.services import api_key_issue, run_start
 from tests.conftest import ApiClient, make_user
 from tests.sandbox_process import Sandbox
 from tests.toolcalls.inline_worker import run_due
-from toolcalls import services
+from toolcalls import dispatch, reconcile, writes
 from toolcalls.models import Receipt, ToolCall
 
 REFUND = {"order_id": "order-002", "amount_cents": 2500, "currency": "USD"}
@@ -48,7 +48,7 @@ def unknown_call(
         f"/api/v1/runs/{run_id}/tool-calls",
         {"capability": "refund-order-v2", "args": args, "intent": intent},
     ).json()["tool_call_id"]
-    services.dispatch(call_id)
+    dispatch.tool_call_dispatch(tool_call_id=call_id)
     call = ToolCall.objects.get(pk=call_id)
     assert call.execution_status == "result_unknown"
     return call
@@ -58,12 +58,13 @@ def to_needs_human(call: ToolCall) -> None:
     from django.db import transaction
 
     with transaction.atomic():
-        locked = services.lock_call(call.pk)
-        services.call_hand_to_human(locked, "system:test", "look-ups exhausted")
+        locked = writes.tool_call_lock(call.pk)
+        reconcile.tool_call_hand_to_human(locked, "look-ups exhausted", actor="system:test")
 
 
 def command(client: Client, call: ToolCall, action: str, **fields):
-    return client.post(f"/desk/{call.pk}/command/", {"action": action, **fields})
+    # One URL per command: look-up, confirm, not-happened, retry, compensate, abandon.
+    return client.post(f"/desk/{call.pk}/{action.replace('_', '-')}/", fields)
 
 
 def test_it_lists_what_automation_could_not_settle(
@@ -77,7 +78,7 @@ def test_it_lists_what_automation_could_not_settle(
         f"/api/v1/runs/{stuck}/tool-calls",
         {"capability": "get-order-v1", "args": {"order_id": "order-001"}, "intent": "read"},
     ).json()["tool_call_id"]
-    services._claim(stuck_call, None, "dead-worker")
+    dispatch.tool_call_claim(tool_call_id=stuck_call, outbox_id=None, worker="dead-worker")
     ToolCall.objects.filter(pk=stuck_call).update(lease_expires_at="2000-01-01T00:00:00Z")
     page = admin.get("/desk/").content.decode()
     assert page.index(older.pk) < page.index(newer.pk)  # longest dwell first

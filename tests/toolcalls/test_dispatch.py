@@ -16,8 +16,9 @@ from runs.models import OutboxMessage, Run, Tenant
 from tests.sandbox_process import Sandbox
 from tests.toolcalls.calls import fresh, open_the_circuit, propose
 from tests.toolcalls.inline_worker import run_due, run_until
-from toolcalls import services
+from toolcalls import commands, dispatch, lifecycle, sweeps
 from toolcalls.models import Attempt, CircuitBreaker, ObjectRevision, Receipt, ToolCall
+from toolcalls.propose import tool_call_propose
 
 REFUND = {"order_id": "order-002", "amount_cents": 2500, "currency": "USD"}
 WAYBILL = {"order_id": "order-002", "address_id": "addr-002"}
@@ -55,8 +56,8 @@ def test_a_refund_is_accepted_completed_and_verified(run: Run, sandbox: Sandbox)
 
 def test_a_duplicate_message_does_nothing_twice(run: Run, sandbox: Sandbox) -> None:
     call = propose(run)
-    services.dispatch(call.pk)
-    services.dispatch(call.pk)  # the same message delivered again
+    dispatch.tool_call_dispatch(tool_call_id=call.pk)
+    dispatch.tool_call_dispatch(tool_call_id=call.pk)  # the same message delivered again
     assert fresh(call).attempts.count() == 1
     assert len(sandbox.effects_for(call.external_request_id)) == 1
 
@@ -76,7 +77,7 @@ def test_a_definite_rejection_fails_the_call(run: Run, sandbox: Sandbox) -> None
 def test_a_lost_response_is_unknown_then_found_by_look_up(run: Run, sandbox: Sandbox) -> None:
     sandbox.faults(system="payments", drop_response_after_commit=1.0, times=1)
     call = propose(run)
-    services.dispatch(call.pk)
+    dispatch.tool_call_dispatch(tool_call_id=call.pk)
     call = fresh(call)
     assert call.execution_status == "result_unknown"
     assert call.last_error_name == "tool.connection_lost"
@@ -93,7 +94,7 @@ def test_a_request_that_never_arrived_is_sent_again_with_the_same_key(
 ) -> None:
     sandbox.faults(system="payments", drop_request_before_commit=1.0, times=1)
     call = propose(run)
-    services.dispatch(call.pk)
+    dispatch.tool_call_dispatch(tool_call_id=call.pk)
     assert fresh(call).execution_status == "result_unknown"
     run_until(lambda: fresh(call).execution_status == "completed")
     attempts = list(fresh(call).attempts.order_by("number"))
@@ -107,7 +108,7 @@ def test_a_request_that_never_arrived_is_sent_again_with_the_same_key(
 def test_a_timeout_after_commit_is_unknown_and_never_doubled(run: Run, sandbox: Sandbox) -> None:
     sandbox.faults(system="payments", delay_response=1.0, delay_seconds=3, times=1)
     call = propose(run)
-    services.dispatch(call.pk)
+    dispatch.tool_call_dispatch(tool_call_id=call.pk)
     assert fresh(call).last_error_name == "tool.timeout"
     run_until(lambda: fresh(call).execution_status == "completed")
     assert len(sandbox.effects_for(call.external_request_id)) == 1
@@ -119,7 +120,7 @@ def test_the_carrier_without_idempotency_gets_one_waybill_despite_look_up_lag(
     # The carrier ignores keys and its look-up lags: only look-up-before-retry prevents twins.
     sandbox.faults(system="carrier", drop_response_after_commit=1.0, times=1, lookup_lag_seconds=2)
     call = propose(run, "create-waybill-v1", WAYBILL)
-    services.dispatch(call.pk)
+    dispatch.tool_call_dispatch(tool_call_id=call.pk)
     assert fresh(call).execution_status == "result_unknown"
     run_until(lambda: fresh(call).execution_status == "completed", timeout=30)
     assert len(sandbox.ledger("carrier")) == 1
@@ -140,7 +141,7 @@ def test_retries_give_up_after_the_policy_and_can_be_retried_by_hand(
     run: Run, sandbox: Sandbox, monkeypatch
 ) -> None:
     sandbox.faults(system="payments", http_5xx=1.0)
-    monkeypatch.setattr(services, "backoff", lambda policy, failures, retry_after: 0.0)
+    monkeypatch.setattr(dispatch, "backoff", lambda policy, failures, retry_after: 0.0)
     call = propose(run)
     run_until(lambda: fresh(call).execution_status == "failed")
     call = fresh(call)
@@ -148,7 +149,7 @@ def test_retries_give_up_after_the_policy_and_can_be_retried_by_hand(
     assert call.attempts.count() == 5
     sandbox.clear_faults()
     CircuitBreaker.objects.all().delete()
-    services.tool_call_retry(tenant=run.tenant, tool_call_id=call.pk, actor="test")
+    commands.tool_call_retry(tenant=run.tenant, tool_call_id=call.pk, actor="test")
     run_until(lambda: fresh(call).execution_status == "completed")
     assert len(sandbox.effects_for(call.external_request_id)) == 1
 
@@ -161,7 +162,7 @@ def test_a_5xx_storm_opens_the_circuit_and_a_probe_closes_it(
     assert breaker.state == "open"
     sent_before = Attempt.objects.count()
     for call in calls:
-        services.dispatch(call.pk)
+        dispatch.tool_call_dispatch(tool_call_id=call.pk)
     assert Attempt.objects.count() == sent_before  # open: nothing is sent
     assert all(fresh(c).execution_status == "authorized" for c in calls)
     sandbox.clear_faults()
@@ -171,14 +172,14 @@ def test_a_5xx_storm_opens_the_circuit_and_a_probe_closes_it(
 
 def test_a_stale_workers_result_is_refused(run: Run, sandbox: Sandbox, settings) -> None:
     call = propose(run)
-    stale = services._claim(call.pk, None, "paused-worker")
+    stale = dispatch.tool_call_claim(tool_call_id=call.pk, outbox_id=None, worker="paused-worker")
     # Its lease runs out while it is paused; the sweeper hands the call to reconciliation,
     # which proves it absent and dispatches it again with a new fencing token.
     ToolCall.objects.filter(pk=call.pk).update(lease_expires_at="2000-01-01T00:00:00Z")
-    assert services.sweep_expired_leases() == 1
+    assert sweeps.leases_sweep_expired() == 1
     run_until(lambda: fresh(call).execution_status == "completed", timeout=20)
-    late = services.send(stale)  # the paused worker wakes up and sends with the same key
-    services.record_outcome(stale, late)
+    late = dispatch.send(stale)  # the paused worker wakes up and sends with the same key
+    dispatch.record_outcome(stale, late)
     call = fresh(call)
     assert call.fencing_token == 2
     assert call.attempts.get(number=1).classification == "stale"
@@ -190,7 +191,7 @@ def test_a_stale_workers_result_is_refused(run: Run, sandbox: Sandbox, settings)
 
 
 def propose_on_revision(run: Run, args: dict, intent: str, revision: int) -> ToolCall:
-    call, _ = services.tool_call_propose(
+    call, _ = tool_call_propose(
         tenant=run.tenant,
         run_id=run.pk,
         capability_id="refund-order-v2",
@@ -207,7 +208,7 @@ def test_one_writer_per_object_revision(run: Run, sandbox: Sandbox) -> None:
     with pytest.raises(DomainError, match=first.pk) as refused:
         propose_on_revision(run, {**REFUND, "amount_cents": 100}, "b", 1)
     assert refused.value.name == "precondition.conflict"
-    services.dispatch(first.pk)  # completes: order-002 moves to revision 2
+    dispatch.tool_call_dispatch(tool_call_id=first.pk)  # completes: order-002 moves to revision 2
     with pytest.raises(DomainError, match="at revision 2"):
         propose_on_revision(run, {**REFUND, "amount_cents": 100}, "c", 1)
     assert propose_on_revision(run, {**REFUND, "amount_cents": 100}, "d", 2)
@@ -217,7 +218,7 @@ def test_a_precondition_change_stops_the_call(run: Run, sandbox: Sandbox) -> Non
     call = propose_on_revision(run, REFUND, "a", 1)
     # The order changes before the call is sent (another system's write).
     ObjectRevision.objects.filter(ref="order:order-002").update(revision=2)
-    services.dispatch(call.pk)
+    dispatch.tool_call_dispatch(tool_call_id=call.pk)
     call = fresh(call)
     assert call.execution_status == "failed"
     assert call.last_error_name == "precondition.conflict"
@@ -226,7 +227,7 @@ def test_a_precondition_change_stops_the_call(run: Run, sandbox: Sandbox) -> Non
 
 def test_a_call_waits_for_its_dependencies(run: Run, sandbox: Sandbox) -> None:
     warranty = propose(run, "check-warranty-v1", {"order_id": "order-002"}, "warranty")
-    reserve, _ = services.tool_call_propose(
+    reserve, _ = tool_call_propose(
         tenant=run.tenant,
         run_id=run.pk,
         capability_id="reserve-stock-v1",
@@ -240,7 +241,7 @@ def test_a_call_waits_for_its_dependencies(run: Run, sandbox: Sandbox) -> None:
         actor="t",
         depends_on=[warranty.pk],
     )
-    services.dispatch(reserve.pk)
+    dispatch.tool_call_dispatch(tool_call_id=reserve.pk)
     assert fresh(reserve).attempts.count() == 0  # the warranty is not confirmed yet
     run_due()
     assert fresh(warranty).verification_status == "confirmed_success"
@@ -252,7 +253,7 @@ def test_a_failed_dependency_cancels_the_call(run: Run, sandbox: Sandbox) -> Non
     waybill = propose(
         run, "create-waybill-v1", {"order_id": "order-002", "address_id": "addr-bad-001"}, "ship"
     )
-    email, _ = services.tool_call_propose(
+    email, _ = tool_call_propose(
         tenant=run.tenant,
         run_id=run.pk,
         capability_id="send-email-v1",
@@ -268,11 +269,11 @@ def test_a_failed_dependency_cancels_the_call(run: Run, sandbox: Sandbox) -> Non
     )
     # Its message arrives too early: it waits, and the message is used up.
     message = OutboxMessage.objects.get(task="toolcalls.dispatch", args=[email.pk])
-    services.dispatch(email.pk, outbox_id=message.pk)
+    dispatch.tool_call_dispatch(tool_call_id=email.pk, outbox_id=message.pk)
     run_due()
     assert fresh(waybill).execution_status == "failed"
     assert fresh(email).execution_status == "authorized"
-    assert services.sweep_waiting_dependents() == 1
+    assert sweeps.dependents_sweep_waiting() == 1
     run_due()
     assert fresh(email).execution_status == "cancelled"
     assert sandbox.ledger() == []
@@ -282,7 +283,7 @@ def test_dependencies_must_be_calls_of_the_same_run(run: Run, tenant, sandbox) -
     other, _ = run_services.run_start(tenant=tenant, title="other", actor="t")
     foreign = propose(other, "get-order-v1", {"order_id": "order-002"}, "read")
     with pytest.raises(DomainError) as refused:
-        services.tool_call_propose(
+        tool_call_propose(
             tenant=run.tenant,
             run_id=run.pk,
             capability_id="get-order-v1",
@@ -298,9 +299,9 @@ def test_the_runs_attempt_budget_stops_dispatch(tenant: Tenant, sandbox: Sandbox
     run, _ = run_services.run_start(tenant=tenant, title="t", actor="t", max_attempts=1)
     sandbox.faults(system="payments", http_429=1.0, retry_after=0, times=1)
     call = propose(run)
-    services.dispatch(call.pk)  # attempt 1: 429, rescheduled
+    dispatch.tool_call_dispatch(tool_call_id=call.pk)  # attempt 1: 429, rescheduled
     ToolCall.objects.filter(pk=call.pk).update(next_attempt_at=None)
-    services.dispatch(call.pk)
+    dispatch.tool_call_dispatch(tool_call_id=call.pk)
     call = fresh(call)
     assert call.execution_status == "failed"
     assert call.last_error_name == "flow.budget_exceeded"
@@ -314,12 +315,12 @@ def test_compensation_runs_once_and_only_for_a_confirmed_call(run: Run, sandbox:
         {"warehouse_id": "wh-acme-1", "sku": "PART-100", "quantity": 2, "order_id": "order-002"},
     )
     with pytest.raises(DomainError, match=r"compensation\.not_confirmed"):
-        services.tool_call_compensate(tenant=run.tenant, tool_call_id=reserve.pk, actor="t")
+        commands.tool_call_compensate(tenant=run.tenant, tool_call_id=reserve.pk, actor="t")
     run_due()
-    first, created = services.tool_call_compensate(
+    first, created = commands.tool_call_compensate(
         tenant=run.tenant, tool_call_id=reserve.pk, actor="t"
     )
-    again, created_again = services.tool_call_compensate(
+    again, created_again = commands.tool_call_compensate(
         tenant=run.tenant, tool_call_id=reserve.pk, actor="t"
     )
     assert (created, created_again) == (True, False)
@@ -335,9 +336,9 @@ def test_compensation_runs_once_and_only_for_a_confirmed_call(run: Run, sandbox:
 
 def test_a_cancelled_runs_late_result_does_not_revive_it(run: Run, sandbox: Sandbox) -> None:
     call = propose(run)
-    claim = services._claim(call.pk, None, "w")
-    _, in_flight = services.run_stop(tenant=run.tenant, run_id=run.pk, actor="t")
+    claim = dispatch.tool_call_claim(tool_call_id=call.pk, outbox_id=None, worker="w")
+    _, in_flight = lifecycle.run_stop(tenant=run.tenant, run_id=run.pk, actor="t")
     assert [c.pk for c in in_flight] == [call.pk]
-    services.record_outcome(claim, services.send(claim))
+    dispatch.record_outcome(claim, dispatch.send(claim))
     assert fresh(call).execution_status == "completed"  # the fact is kept
     assert Run.objects.get(pk=run.pk).state == "cancelled"  # the run stays cancelled

@@ -12,7 +12,7 @@ from runs.services import api_key_issue
 from tests.conftest import ApiClient, make_user
 from tests.sandbox_process import Sandbox
 from tests.toolcalls.inline_worker import run_due
-from toolcalls import services
+from toolcalls import dispatch
 
 SMALL = {"order_id": "order-002", "amount_cents": 1000, "currency": "USD"}
 BIG = {"order_id": "order-003", "amount_cents": 25000, "currency": "USD"}
@@ -73,7 +73,7 @@ def test_an_unknown_outcome_says_do_not_send_again(agent: ApiClient, sandbox: Sa
     run_id = start(agent)
     sandbox.faults(system="payments", drop_response_after_commit=1.0, times=1)
     call = propose(agent, run_id, SMALL, "small")
-    services.dispatch(call["tool_call_id"])
+    dispatch.tool_call_dispatch(tool_call_id=call["tool_call_id"])
     contract = agent.get(f"/api/v1/runs/{run_id}/progress").json()
     assert contract["open"][0]["kind"] == "result_unknown"
     assert "Do not send it again" in contract["next_safe_step"]
@@ -108,7 +108,7 @@ def test_a_run_with_an_unknown_outcome_ends_needing_a_human(agent, sandbox) -> N
     run_id = start(agent)
     sandbox.faults(system="payments", drop_response_after_commit=1.0, times=1)
     call = propose(agent, run_id, SMALL, "small")
-    services.dispatch(call["tool_call_id"])
+    dispatch.tool_call_dispatch(tool_call_id=call["tool_call_id"])
     response = agent.post(f"/api/v1/runs/{run_id}/complete")
     assert response.json()["state"] == "needs_human"
 

@@ -1,0 +1,432 @@
+"""Benchmark the tool-call lifecycle end to end on PostgreSQL, Redis and real Celery workers.
+
+    python manage.py bench_dispatch --calls 2000 --workers 2
+
+Proposes `--calls` auto-authorized refunds through `toolcalls.propose.tool_call_propose`,
+lets real `celery -A config worker` processes dispatch and verify them against the sandbox,
+and prints throughput, latency to `accepted`, database work per call (measured on the server)
+and the workers' peak memory; then runs the DBOS Transact baseline (`bench/dbos_baseline.py`)
+on the same server and prints the ratio.
+
+It never touches the dev or test data: everything happens in the database `countersign_bench`
+(dropped and created again unless --reuse-db), DBOS in `countersign_bench_dbos`, Celery on
+Redis database 2 (flushed first), the sandbox in a temporary directory. The measuring part runs
+in a child process of this command with that environment (`--inner`), as do the workers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+import redis
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+from bench import WORKER_STATEMENTS, pgstats
+from bench.procs import MemorySampler, cpu_snapshot, start_sandbox, start_worker, wait_ready
+
+BENCH_DB = "countersign_bench"
+DBOS_DB = "countersign_bench_dbos"
+BENCH_REDIS_DB = 2
+ROOT = Path(settings.BASE_DIR)
+
+
+class Command(BaseCommand):
+    help = "Benchmark proposals -> dispatch -> verification with real workers, and DBOS."
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("--calls", type=int, default=2000)
+        parser.add_argument("--workers", type=int, default=2, help="celery worker processes")
+        parser.add_argument("--pool", default="threads", choices=["threads", "prefork", "solo"])
+        parser.add_argument("--concurrency", type=int, default=8, help="per worker process")
+        parser.add_argument(
+            "--celery-app",
+            default="bench.counting",
+            help="celery -A module (default: the project's app, counting SQL statements)",
+        )
+        parser.add_argument("--calls-per-run", type=int, default=20)
+        parser.add_argument("--propose-threads", type=int, default=4)
+        parser.add_argument("--timeout", type=float, default=900, help="seconds for everything")
+        parser.add_argument("--skip-baseline", action="store_true")
+        parser.add_argument("--baseline-threads", type=int, default=8)
+        parser.add_argument("--baseline-steps", choices=["http", "trivial"], default="http")
+        parser.add_argument("--reuse-db", action="store_true", help="keep countersign_bench")
+        parser.add_argument("--keep-logs", action="store_true", help="print the log directory")
+        # Internal: the measuring child process.
+        parser.add_argument("--inner", choices=["setup", "drive"], help="(internal)")
+        parser.add_argument("--inner-file", help="(internal)")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        if options["inner"]:
+            self._inner(options)
+            return
+        if options["calls"] < 1 or options["workers"] < 1 or options["concurrency"] < 1:
+            raise CommandError("--calls, --workers and --concurrency must be at least 1.")
+        database_url, broker_url = _check_environment()
+        previous = signal.signal(signal.SIGTERM, _terminate)
+        try:
+            ok = Bench(self, options, database_url, broker_url).run()
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+        if not ok:
+            raise CommandError("the benchmark failed its invariant; see above.")
+
+    def _inner(self, options: dict[str, Any]) -> None:
+        from bench import driver
+
+        if settings.DATABASES["default"]["NAME"] != BENCH_DB:
+            raise CommandError(f"--inner runs only against the database {BENCH_DB}.")
+        path = options["inner_file"]
+        spec = json.loads(Path(path).read_text())
+        if options["inner"] == "setup":
+            result = driver.setup(spec["calls"], spec["calls_per_run"])
+        else:
+            result = driver.drive(
+                calls=spec["calls"],
+                run_ids=spec["run_ids"],
+                threads=spec["propose_threads"],
+                tag=spec["tag"],
+                timeout=spec["timeout"],
+            )
+        driver.write_json(path, result)
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _check_environment() -> tuple[str, str]:
+    database_url = os.environ.get("DATABASE_URL", "")
+    broker_url = os.environ.get("CELERY_BROKER_URL", "")
+    if urlsplit(database_url).scheme not in ("postgres", "postgresql", "pgsql"):
+        raise CommandError(
+            "bench_dispatch runs on PostgreSQL: set DATABASE_URL=postgres://user@host:5432/db "
+            f"(now {database_url or 'unset'}). It uses its own database {BENCH_DB} there."
+        )
+    if urlsplit(broker_url).scheme != "redis":
+        raise CommandError(
+            "bench_dispatch runs on Redis: set CELERY_BROKER_URL=redis://host:6379/0 "
+            f"(now {broker_url or 'unset'}). It uses Redis database {BENCH_REDIS_DB} there."
+        )
+    return database_url, broker_url
+
+
+def _redis_db(url: str, db: int) -> str:
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.netloc, f"/{db}", "", ""))
+
+
+class Bench:
+    def __init__(self, command: Command, options: dict[str, Any], db_url: str, broker: str):
+        self.command, self.options = command, options
+        self.bench_url = pgstats.with_database(db_url, BENCH_DB)
+        self.dbos_url = pgstats.with_database(db_url, DBOS_DB)
+        self.broker = _redis_db(broker, BENCH_REDIS_DB)
+        self.deadline = time.monotonic() + options["timeout"]
+        self.load = os.getloadavg()  # other work on this machine skews the figures
+        self.sandbox = None
+        self.workers: list = []
+        self.sampler: MemorySampler | None = None
+
+    def say(self, text: str = "") -> None:
+        self.command.stdout.write(text)
+        self.command.stdout.flush()
+
+    def remaining(self, what: str) -> float:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise CommandError(f"--timeout {self.options['timeout']:.0f} s reached ({what}).")
+        return left
+
+    def env(self, sandbox_url: str = "") -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k != "COUNTERSIGN_CONNECTORS_FILE"}
+        env.update(
+            DATABASE_URL=self.bench_url,
+            CELERY_BROKER_URL=self.broker,
+            DJANGO_SETTINGS_MODULE="config.settings.base",
+            DJANGO_DEBUG="0",  # DEBUG would keep every query in memory
+            CELERY_LOG_LEVEL="WARNING",
+            LOG_LEVEL="WARNING",
+            PYTHONUNBUFFERED="1",
+        )
+        if sandbox_url:
+            env["SANDBOX_URL"] = sandbox_url
+        return env
+
+    # --- the run ---------------------------------------------------------------------------
+
+    def run(self) -> bool:
+        opts = self.options
+        tmp = Path(tempfile.mkdtemp(prefix="countersign-bench-"))
+        try:
+            self.prepare_database()
+            redis.Redis.from_url(self.broker).flushdb()
+            self.sandbox, sandbox_url = start_sandbox(ROOT, self.env(), tmp / "sandbox", tmp)
+            env = self.env(sandbox_url)
+            self.workers = [
+                start_worker(
+                    ROOT, env, tmp, i + 1, opts["pool"], opts["concurrency"], opts["celery_app"]
+                )
+                for i in range(opts["workers"])
+            ]
+            wait_ready(self.workers, env, timeout=min(60, self.remaining("starting workers")))
+            self.sampler = MemorySampler(self.workers)
+            self.sampler.start()
+
+            spec = {"calls": opts["calls"], "calls_per_run": opts["calls_per_run"]}
+            setup = self.inner("setup", spec, env, tmp)
+            statements_reason = pgstats.pg_stat_statements_state(self.bench_url)
+            if not statements_reason and not pgstats.statements_reset(self.bench_url):
+                statements_reason = "pg_stat_statements could not be created in the bench db"
+            tables_before = pgstats.table_counters(self.bench_url)
+            before = pgstats.database_counters(self.bench_url, BENCH_DB)
+            spec = {
+                "calls": opts["calls"],
+                "run_ids": setup["run_ids"],
+                "propose_threads": opts["propose_threads"],
+                "tag": uuid.uuid4().hex[:8],
+                "timeout": max(10.0, self.remaining("before proposing") - 30),
+            }
+            self.load = os.getloadavg()
+            cpu_before = cpu_snapshot(self.workers, self.sandbox)
+            result = self.inner("drive", spec, env, tmp)
+            cpu = pgstats.delta(cpu_snapshot(self.workers, self.sandbox), cpu_before)
+            cpu["driver (proposals)"] = result["driver_cpu"]
+
+            self.sampler.stop()
+            for worker in self.workers:
+                worker.stop()  # their backends exit and flush their statistics
+            time.sleep(1.5)
+            after = pgstats.database_counters(self.bench_url, BENCH_DB)
+            statements = None if statements_reason else pgstats.statements_count(self.bench_url)
+            tables_after = pgstats.table_counters(self.bench_url)
+            effects = httpx.get(
+                f"{sandbox_url}/ledger", params={"system": "payments"}, timeout=30
+            ).json()["effects"]
+
+            worker_statements = int(redis.Redis.from_url(self.broker).get(WORKER_STATEMENTS) or 0)
+            ok = self.report(result, before, after, tables_before, tables_after, effects, cpu)
+            if worker_statements:
+                per_call = (worker_statements + result["propose_statements"]) / opts["calls"]
+                self.say(
+                    f"  SQL statements/call (counted in the processes): {per_call:.1f} "
+                    f"(workers {worker_statements / opts['calls']:.1f}, proposals "
+                    f"{result['propose_statements'] / opts['calls']:.1f})"
+                )
+            self.say(f"  pg_stat_statements: {statements_reason or 'used'}")
+            if statements is not None:
+                per_call = (statements - result["monitor_statements"]) / opts["calls"]
+                self.say(f"  statements/call (pg_stat_statements): {per_call:.1f}")
+            ours = result["confirmed"] / result["elapsed"] if result.get("elapsed") else 0.0
+
+            if opts["skip_baseline"]:
+                self.say("\nDBOS baseline: skipped (--skip-baseline)")
+            else:
+                httpx.post(f"{sandbox_url}/reset", timeout=30).raise_for_status()
+                self.baseline(sandbox_url, tmp, ours)
+            if opts["keep_logs"]:
+                self.say(f"\nlogs: {tmp}")
+            return ok
+        finally:
+            self.stop_all()
+            if not opts["keep_logs"]:
+                shutil.rmtree(tmp, ignore_errors=True)
+
+    def prepare_database(self) -> None:
+        if self.options["reuse_db"]:
+            pgstats.ensure_database(self.bench_url, BENCH_DB)
+        else:
+            pgstats.recreate_database(self.bench_url, BENCH_DB)
+        migrate = subprocess.run(
+            [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"],
+            cwd=ROOT,
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=min(300, self.remaining("migrating")),
+        )
+        if migrate.returncode:
+            raise CommandError(f"migrating {BENCH_DB} failed:\n{migrate.stderr[-3000:]}")
+
+    def inner(self, phase: str, spec: dict, env: dict[str, str], tmp: Path) -> dict[str, Any]:
+        path = tmp / f"{phase}.json"
+        path.write_text(json.dumps(spec))
+        argv = [sys.executable, "manage.py", "bench_dispatch", "--inner", phase]
+        argv += ["--inner-file", str(path)]
+        try:
+            done = subprocess.run(
+                argv,
+                cwd=ROOT,
+                env=env,
+                timeout=self.remaining(phase),
+                capture_output=True,
+                text=True,
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise CommandError(f"the {phase} phase did not finish before --timeout") from exc
+        if done.returncode:
+            raise CommandError(f"the {phase} phase failed:\n{done.stderr[-4000:]}")
+        return json.loads(path.read_text())
+
+    def stop_all(self) -> None:
+        if self.sampler:
+            self.sampler.stop()
+        for worker in self.workers:
+            worker.stop()
+        if self.sandbox:
+            self.sandbox.stop()
+
+    # --- output ----------------------------------------------------------------------------
+
+    def report(self, r, before, after, tables_before, tables_after, effects, cpu) -> bool:
+        opts, calls = self.options, self.options["calls"]
+        db = pgstats.delta(after, before)
+        # Every statement of the waiting loop ran in autocommit: one commit each.
+        commits = db["xact_commit"] - r["monitor_statements"]
+        ended = r.get("ended")
+        r["elapsed"] = (ended - r["started"]) if ended else None
+        request_ids = {e["request_id"] for e in effects}
+        invariant = len(effects) == calls and len(request_ids) == calls
+        complete = r["confirmed"] == calls and not r["timed_out"]
+
+        self.say("")
+        self.say("== bench_dispatch ==========================================================")
+        self.say(
+            f"  setup: {calls} calls over {-(-calls // opts['calls_per_run'])} runs "
+            f"({opts['calls_per_run']}/run), {opts['propose_threads']} proposing threads; "
+            f"{opts['workers']} workers x --pool {opts['pool']} --concurrency "
+            f"{opts['concurrency']} (-A {opts['celery_app']}); no beat"
+        )
+        self.say(
+            f"  completed+confirmed_success: {r['confirmed']}/{calls}  failed: {r['failed']}  "
+            f"propose errors: {r['propose_errors']}  timed out: {r['timed_out']}"
+        )
+        for sample in r["propose_error_samples"]:
+            self.say(f"    {sample}")
+        if not complete:
+            self.say(f"  statuses: {r['statuses']}")
+        if r["elapsed"]:
+            self.say(
+                f"  throughput: {r['confirmed'] / r['elapsed']:.1f} calls/s "
+                f"({r['elapsed']:.2f} s from first proposal to last confirmed_success; "
+                f"proposing took {r['proposals_done'] - r['started']:.2f} s)"
+            )
+        lat = r["accepted_latency"]
+        self.say(
+            f"  proposal -> accepted: p50 {lat['p50'] * 1000:.0f} ms, p99 "
+            f"{lat['p99'] * 1000:.0f} ms, max {lat['max'] * 1000:.0f} ms (n={lat['n']})"
+        )
+        for label, span in r["phases"].items():
+            self.say(
+                f"    {label:<28} mean {span['mean'] * 1000:7.1f} ms  p50 "
+                f"{span['p50'] * 1000:7.1f}  p99 {span['p99'] * 1000:7.1f}"
+            )
+        hops = ", ".join(f"{t} {v['messages'] / calls:.2f}" for t, v in sorted(r["outbox"].items()))
+        self.say(
+            f"  outbox messages/call (verify's is a safety net: it runs in the dispatch task): "
+            f"{hops}; events/call "
+            f"{sum(r['events'].values()) / calls:.1f}; attempts/call {r['attempts'] / calls:.2f}"
+        )
+        self.say(
+            f"  database per call (server, pg_stat_database of {BENCH_DB}, waiting loop's "
+            f"{r['monitor_statements']} reads taken out):"
+        )
+        self.say(
+            f"    commits {commits / calls:.2f}, rollbacks {db['xact_rollback'] / calls:.2f}, "
+            f"rows inserted {db['tup_inserted'] / calls:.2f}, updated "
+            f"{db['tup_updated'] / calls:.2f}, fetched {db['tup_fetched'] / calls:.1f}"
+        )
+        self.say(
+            f"    statements issued by the proposals (client side): "
+            f"{r['propose_statements'] / calls:.1f}/call"
+        )
+        rows = []
+        for table, now in sorted(tables_after.items()):
+            was = tables_before.get(table, {})
+            ins, upd = now["ins"] - was.get("ins", 0), now["upd"] - was.get("upd", 0)
+            scans = now["scans"] - was.get("scans", 0)
+            if ins or upd or scans:
+                rows.append(
+                    f"{table} +{ins / calls:.2f}/~{upd / calls:.2f}/scan {scans / calls:.1f}"
+                )
+        self.say("    per table (ins/upd/index+seq scans): " + "; ".join(rows))
+        machine = cpu.pop("machine")
+        parts = ", ".join(f"{name} {seconds * 1000 / calls:.1f}" for name, seconds in cpu.items())
+        ours = sum(cpu.values()) * 1000 / calls
+        cores = os.cpu_count() or 1
+        self.say(f"  CPU ms/call: {parts} (postgres and redis: every client of the server)")
+        self.say(
+            f"    sum {ours:.1f} ms/call -> CPU-bound ceiling ~{cores * 1000 / ours:.0f} calls/s "
+            f"on {cores} idle cores; whole machine was busy {machine * 1000 / calls:.1f} "
+            f"ms/call, load average {self.load[0]:.1f} before / {os.getloadavg()[0]:.1f} after"
+        )
+        self.say("  worker memory (peak, process tree = main + pool children, every 0.5 s):")
+        for name, peak in self.sampler.peak.items():
+            self.say(
+                f"    {name}: RSS {peak['rss_kib'] / 1024:.0f} MB (PSS {peak['pss_kib'] / 1024:.0f}"
+                f" MB) over {peak['processes']} processes"
+            )
+        self.say(
+            f"  invariant: sandbox ledger effects {len(effects)} (distinct request ids "
+            f"{len(request_ids)}) == calls {calls}: {'OK' if invariant else 'VIOLATED'}"
+        )
+        return invariant and complete
+
+    def baseline(self, sandbox_url: str, tmp: Path, ours: float) -> None:
+        opts = self.options
+        self.say(
+            f"\nDBOS Transact baseline ({DBOS_DB}): {opts['calls']} three-step workflows on "
+            f"{opts['baseline_threads']} threads, steps: {opts['baseline_steps']}"
+        )
+        try:
+            import dbos  # noqa: F401
+        except ImportError as exc:
+            self.say(
+                f"  not run: the dbos package cannot be imported ({exc}); "
+                ".venv/bin/pip install -r requirements-bench.txt"
+            )
+            return
+        pgstats.recreate_database(self.dbos_url, DBOS_DB)
+        out = tmp / "dbos.json"
+        argv = [sys.executable, "-m", "bench.dbos_baseline", "--database-url", self.dbos_url]
+        argv += ["--workflows", str(opts["calls"]), "--threads", str(opts["baseline_threads"])]
+        argv += ["--steps", opts["baseline_steps"], "--sandbox-url", sandbox_url]
+        argv += ["--out", str(out)]
+        try:
+            done = subprocess.run(
+                argv,
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                timeout=self.remaining("DBOS baseline"),
+            )
+        except subprocess.TimeoutExpired:
+            self.say("  not run to the end: --timeout reached during the baseline")
+            return
+        if done.returncode or not out.exists():
+            self.say(f"  failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
+            return
+        b = json.loads(out.read_text())
+        db = b["db"]
+        self.say(
+            f"  {b['workflows_per_second']:.1f} workflows/s ({b['succeeded']}/{b['workflows']} "
+            f"ok in {b['seconds']:.2f} s); per workflow (DBOS's pollers included): commits "
+            f"{db['xact_commit'] / b['workflows']:.2f}, rows inserted "
+            f"{db['tup_inserted'] / b['workflows']:.2f}, updated "
+            f"{db['tup_updated'] / b['workflows']:.2f}; process peak RSS "
+            f"{b['peak_rss_kib'] / 1024:.0f} MB"
+        )
+        ratio = ours / b["workflows_per_second"] if b["workflows_per_second"] else float("nan")
+        self.say(f"  ratio (our calls/s / DBOS workflows/s): {ratio:.2f}")

@@ -1,0 +1,407 @@
+"""Operational figures, computed from stored state on every request.
+
+Nothing is counted in process memory: whichever web process answers, after any restart, the
+figures are what the tables say. Each figure is one grouped query over all tenants in scope,
+so a scrape of every tenant costs the same dozen queries as a scrape of one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.db.models import (
+    CharField,
+    Count,
+    DurationField,
+    ExpressionWrapper,
+    F,
+    Min,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Sum,
+    Value,
+)
+from django.db.models.fields.json import KT
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from approvals.models import Approval
+from runs.models import Event, Run, Tenant
+from toolcalls.models import Attempt, CircuitBreaker, E, Execution, Receipt, ToolCall, Verification
+
+# People decide in seconds to hours; beyond a day an approval has usually expired.
+APPROVAL_LATENCY_BUCKETS = (10, 30, 60, 300, 900, 1800, 3600, 4 * 3600, 24 * 3600)
+ATTEMPTS_BUCKETS = (1, 2, 3, 5, 10)
+BREAKER_STATE_VALUES = {
+    CircuitBreaker.State.CLOSED: 0,
+    CircuitBreaker.State.HALF_OPEN: 1,
+    CircuitBreaker.State.OPEN: 2,
+}
+PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def duration_text(seconds: float) -> str:
+    """12 s, 5 min, 4 h, 2 d: what a person reads at a glance."""
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    if seconds < 3600:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 86400:
+        return f"{seconds / 3600:.0f} h"
+    return f"{seconds / 86400:.0f} d"
+
+
+@dataclass
+class Histogram:
+    """Cumulative counts per upper bound, as Prometheus histograms have them."""
+
+    bounds: tuple[int, ...]
+    in_seconds: bool = False
+    cumulative: list[int] = field(default_factory=list)
+    count: int = 0
+    total: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.cumulative = self.cumulative or [0] * len(self.bounds)
+
+    def label(self, bound: float) -> str:
+        return duration_text(bound) if self.in_seconds else str(bound)
+
+    @property
+    def mean(self) -> float | None:
+        return self.total / self.count if self.count else None
+
+    @property
+    def mean_text(self) -> str:
+        if self.mean is None:
+            return "none"
+        return duration_text(self.mean) if self.in_seconds else f"{self.mean:.1f}"
+
+    @property
+    def rows(self) -> list[tuple[str, int]]:
+        """(“at most <bound>”, how many) for the dashboard, then everything."""
+        return [
+            *((self.label(b), n) for b, n in zip(self.bounds, self.cumulative, strict=True)),
+            ("in all", self.count),
+        ]
+
+    def within(self, fraction: float) -> str:
+        """The smallest bound that holds `fraction` of the observations: an honest quantile
+        from bucket counts ("9 in 10 within 5 min")."""
+        for bound, n in zip(self.bounds, self.cumulative, strict=True):
+            if n >= fraction * self.count:
+                return self.label(bound)
+        return f"more than {self.label(self.bounds[-1])}"
+
+    @property
+    def half_within(self) -> str:
+        return self.within(0.5)
+
+    @property
+    def nine_in_ten_within(self) -> str:
+        return self.within(0.9)
+
+
+@dataclass
+class TenantFigures:
+    tenant: str
+    calls_by_execution: dict[str, int] = field(
+        default_factory=lambda: dict.fromkeys(Execution.values, 0)
+    )
+    calls_by_verification: dict[str, int] = field(
+        default_factory=lambda: dict.fromkeys(Verification.values, 0)
+    )
+    # Now minus when the oldest call still in result_unknown entered it; 0 with none.
+    oldest_unknown_seconds: float = 0.0
+    expired_leases: int = 0
+    runs_needs_human: int = 0
+    duplicate_effects: int = 0
+    remote_dedupe_replays: int = 0
+    approval_latency: Histogram = field(
+        default_factory=lambda: Histogram(APPROVAL_LATENCY_BUCKETS, in_seconds=True)
+    )
+    attempts_per_call: Histogram = field(default_factory=lambda: Histogram(ATTEMPTS_BUCKETS))
+    breakers: dict[str, str] = field(default_factory=dict)  # capability -> state
+
+    @property
+    def result_unknown(self) -> int:
+        return self.calls_by_execution[E.RESULT_UNKNOWN]
+
+    @property
+    def calls_needs_human(self) -> int:
+        return self.calls_by_execution[E.NEEDS_HUMAN]
+
+    @property
+    def oldest_unknown_text(self) -> str:
+        return duration_text(self.oldest_unknown_seconds) if self.result_unknown else "none"
+
+    @property
+    def calls(self) -> int:
+        return sum(self.calls_by_execution.values())
+
+    @property
+    def open_breakers(self) -> int:
+        return sum(state != CircuitBreaker.State.CLOSED for state in self.breakers.values())
+
+
+def _scoped(rows: QuerySet, tenant: Tenant | None, path: str = "tenant") -> QuerySet:
+    return rows if tenant is None else rows.filter(**{path: tenant})
+
+
+def collect(*, tenant: Tenant | None, now: datetime | None = None) -> dict[str, TenantFigures]:
+    """Figures per tenant slug: one tenant's, or every tenant's with `tenant=None`."""
+    now = now or timezone.now()
+    tenants = Tenant.objects.order_by("slug")
+    if tenant is not None:
+        tenants = tenants.filter(pk=tenant.pk)
+    figures = {slug: TenantFigures(slug) for slug in tenants.values_list("slug", flat=True)}
+    calls = _scoped(ToolCall.objects.order_by(), tenant)
+    events = _scoped(Event.objects.order_by(), tenant)
+
+    for slug, status, n in calls.values_list("tenant__slug", "execution_status").annotate(
+        n=Count("pk")
+    ):
+        figures[slug].calls_by_execution[status] = n
+    for slug, status, n in calls.values_list("tenant__slug", "verification_status").annotate(
+        n=Count("pk")
+    ):
+        figures[slug].calls_by_verification[status] = n
+
+    # A call enters result_unknown by a tool_call.result_unknown event (a lost answer or an
+    # expired lease); the latest one counts if it went round more than once.
+    entered = (
+        Event.objects.filter(tool_call_id=OuterRef("pk"), event_type="tool_call.result_unknown")
+        .order_by("-occurred_at")
+        .values("occurred_at")[:1]
+    )
+    unknown = (
+        calls.filter(execution_status=E.RESULT_UNKNOWN)
+        .annotate(entered=Coalesce(Subquery(entered), "updated_at"))
+        .values_list("tenant__slug")
+        .annotate(oldest=Min("entered"))
+    )
+    for slug, oldest in unknown:
+        figures[slug].oldest_unknown_seconds = max(0.0, (now - oldest).total_seconds())
+
+    expired = calls.filter(execution_status=E.DISPATCHING, lease_expires_at__lt=now)
+    for slug, n in expired.values_list("tenant__slug").annotate(n=Count("pk")):
+        figures[slug].expired_leases = n
+
+    runs = _scoped(Run.objects.order_by(), tenant).filter(state=Run.State.NEEDS_HUMAN)
+    for slug, n in runs.values_list("tenant__slug").annotate(n=Count("pk")):
+        figures[slug].runs_needs_human = n
+
+    for slug, n in _duplicate_effects(events):
+        figures[slug].duplicate_effects = n
+
+    replays = _scoped(Receipt.objects.order_by(), tenant, "tool_call__tenant").filter(
+        status=Receipt.Status.ALREADY_EXISTS
+    )
+    for slug, n in replays.values_list("tool_call__tenant__slug").annotate(n=Count("pk")):
+        figures[slug].remote_dedupe_replays = n
+
+    breakers = _scoped(CircuitBreaker.objects.order_by("capability_id"), tenant)
+    for slug, capability, state in breakers.values_list("tenant__slug", "capability_id", "state"):
+        figures[slug].breakers[capability] = state
+
+    _approval_latency(events, figures)
+    _attempts_per_call(calls, figures)
+    return figures
+
+
+def _duplicate_effects(events: QuerySet[Event]) -> QuerySet:
+    """A stale worker's answer named another external id than the one the call accepted: the
+    external system did the thing twice. (The same id is a deduplicated resend: no harm.)"""
+    accepted = ToolCall.objects.filter(pk=OuterRef("tool_call_id")).values("external_id")[:1]
+    return (
+        events.filter(event_type="tool_call.stale_result_refused")
+        .annotate(
+            seen=Coalesce(KT("payload__external_id"), Value(""), output_field=CharField()),
+            accepted=Coalesce(Subquery(accepted), Value("")),
+        )
+        .exclude(Q(seen="") | Q(accepted="") | Q(seen=F("accepted")))
+        .values_list("tenant__slug")
+        .annotate(n=Count("pk"))
+    )
+
+
+def _approval_latency(events: QuerySet[Event], figures: dict[str, TenantFigures]) -> None:
+    """Seconds from an approval's creation to the event that decided it, bucketed in SQL."""
+    requested = Approval.objects.filter(pk=OuterRef("approval_id")).values("created_at")[:1]
+    decided = (
+        events.filter(event_type__in=("approval.approved", "approval.rejected"))
+        .exclude(approval_id="")
+        .annotate(
+            latency=ExpressionWrapper(
+                F("occurred_at") - Subquery(requested), output_field=DurationField()
+            )
+        )
+    )
+    buckets = {
+        f"le_{i}": Count("pk", filter=Q(latency__lte=timedelta(seconds=bound)))
+        for i, bound in enumerate(APPROVAL_LATENCY_BUCKETS)
+    }
+    rows = decided.values("tenant__slug").annotate(n=Count("pk"), total=Sum("latency"), **buckets)
+    for row in rows:
+        histogram = figures[row["tenant__slug"]].approval_latency
+        histogram.count = row["n"]
+        histogram.total = row["total"].total_seconds() if row["total"] else 0.0
+        histogram.cumulative = [row[f"le_{i}"] for i in range(len(histogram.bounds))]
+
+
+def _attempts_per_call(calls: QuerySet[ToolCall], figures: dict[str, TenantFigures]) -> None:
+    """Attempts of each call that was sent at least once (a call still awaiting approval has
+    none, and would only drag the figure towards zero)."""
+    attempts = (
+        Attempt.objects.filter(tool_call=OuterRef("pk"))
+        .order_by()
+        .values("tool_call")
+        .annotate(n=Count("pk"))
+        .values("n")
+    )
+    tried = calls.annotate(sent=Subquery(attempts)).filter(sent__gt=0)
+    buckets = {
+        f"le_{i}": Count("pk", filter=Q(sent__lte=bound))
+        for i, bound in enumerate(ATTEMPTS_BUCKETS)
+    }
+    rows = tried.values("tenant__slug").annotate(n=Count("pk"), total=Sum("sent"), **buckets)
+    for row in rows:
+        histogram = figures[row["tenant__slug"]].attempts_per_call
+        histogram.count = row["n"]
+        histogram.total = float(row["total"] or 0)
+        histogram.cumulative = [row[f"le_{i}"] for i in range(len(histogram.bounds))]
+
+
+# --- Prometheus text format 0.0.4 ------------------------------------------------------------
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _number(value: float) -> str:
+    if isinstance(value, int):
+        return str(value)
+    return "+Inf" if value == float("inf") else repr(float(value))
+
+
+class _Text:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def family(self, name: str, kind: str, help_text: str) -> None:
+        self.lines.append(f"# HELP {name} {help_text}")
+        self.lines.append(f"# TYPE {name} {kind}")
+
+    def sample(self, name: str, labels: dict[str, str], value: float) -> None:
+        inner = ",".join(f'{key}="{_escape(str(v))}"' for key, v in labels.items())
+        self.lines.append(f"{name}{{{inner}}} {_number(value)}")
+
+    def histogram(self, name: str, histograms: dict[str, Histogram]) -> None:
+        for slug, histogram in histograms.items():
+            for bound, n in zip(histogram.bounds, histogram.cumulative, strict=True):
+                self.sample(f"{name}_bucket", {"tenant": slug, "le": _number(float(bound))}, n)
+            self.sample(f"{name}_bucket", {"tenant": slug, "le": "+Inf"}, histogram.count)
+            self.sample(f"{name}_sum", {"tenant": slug}, float(histogram.total))
+            self.sample(f"{name}_count", {"tenant": slug}, histogram.count)
+
+
+# long: one block per metric family, in the order Prometheus shows them; splitting it would
+# only scatter the list.
+def render_prometheus(figures: dict[str, TenantFigures]) -> str:
+    out = _Text()
+
+    def per_tenant(
+        name: str, kind: str, help_text: str, value_of: Callable[[TenantFigures], float]
+    ) -> None:
+        out.family(name, kind, help_text)
+        for slug, tenant_figures in figures.items():
+            out.sample(name, {"tenant": slug}, value_of(tenant_figures))
+
+    out.family("countersign_tool_calls", "gauge", "Tool calls by execution status.")
+    for slug, f in figures.items():
+        for state, n in f.calls_by_execution.items():
+            out.sample("countersign_tool_calls", {"tenant": slug, "state": state}, n)
+    out.family("countersign_tool_call_verifications", "gauge", "Tool calls by verification status.")
+    for slug, f in figures.items():
+        for state, n in f.calls_by_verification.items():
+            out.sample("countersign_tool_call_verifications", {"tenant": slug, "state": state}, n)
+    per_tenant(
+        "countersign_tool_calls_result_unknown",
+        "gauge",
+        "Tool calls whose outcome is unknown (a lost answer), waiting for a look-up.",
+        lambda f: f.result_unknown,
+    )
+    per_tenant(
+        "countersign_tool_calls_result_unknown_oldest_seconds",
+        "gauge",
+        "Seconds since the oldest call still in result_unknown entered it (0 with none).",
+        lambda f: f.oldest_unknown_seconds,
+    )
+    per_tenant(
+        "countersign_tool_calls_lease_expired",
+        "gauge",
+        "Dispatching tool calls whose lease expired: their worker died or hangs.",
+        lambda f: f.expired_leases,
+    )
+    per_tenant(
+        "countersign_tool_calls_needs_human",
+        "gauge",
+        "Tool calls handed to a person.",
+        lambda f: f.calls_needs_human,
+    )
+    per_tenant(
+        "countersign_runs_needs_human",
+        "gauge",
+        "Runs handed to a person.",
+        lambda f: f.runs_needs_human,
+    )
+    out.family(
+        "countersign_approval_latency_seconds",
+        "histogram",
+        "Seconds from an approval's creation to its approval or rejection.",
+    )
+    out.histogram(
+        "countersign_approval_latency_seconds",
+        {slug: f.approval_latency for slug, f in figures.items()},
+    )
+    out.family(
+        "countersign_tool_call_attempts",
+        "histogram",
+        "Attempts per tool call, over calls sent at least once.",
+    )
+    out.histogram(
+        "countersign_tool_call_attempts",
+        {slug: f.attempts_per_call for slug, f in figures.items()},
+    )
+    per_tenant(
+        "countersign_duplicate_effects_total",
+        "counter",
+        "Second external effects found by reconciliation: a stale worker's answer named "
+        "another external id than the call's accepted one.",
+        lambda f: f.duplicate_effects,
+    )
+    per_tenant(
+        "countersign_remote_dedupe_replays_total",
+        "counter",
+        "Receipts the external system answered as already existing (its idempotency key "
+        "deduplicated a resend).",
+        lambda f: f.remote_dedupe_replays,
+    )
+    out.family(
+        "countersign_circuit_breaker_state",
+        "gauge",
+        "Circuit breaker per capability: 0 closed, 1 half_open, 2 open.",
+    )
+    for slug, f in figures.items():
+        for capability, state in f.breakers.items():
+            out.sample(
+                "countersign_circuit_breaker_state",
+                {"tenant": slug, "capability": capability},
+                BREAKER_STATE_VALUES[state],
+            )
+    return "\n".join(out.lines) + "\n"

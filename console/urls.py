@@ -1,0 +1,40 @@
+"""The console's pages, grouped by URL namespace (config/urls.py includes each group)."""
+
+from __future__ import annotations
+
+from django.urls import path
+
+from console.views import approvals, desk, ops, runs
+
+runs_patterns = [
+    path("", runs.run_list, name="list"),
+    path("<str:run_id>/", runs.run_detail, name="detail"),
+]
+
+approvals_patterns = [
+    path("", approvals.inbox, name="inbox"),
+    path("<str:approval_id>/", approvals.detail, name="detail"),
+    path("<str:approval_id>/approve/", approvals.approve, name="approve"),
+    path("<str:approval_id>/reject/", approvals.reject, name="reject"),
+    path("<str:approval_id>/edit/", approvals.approve_with_edits, name="approve-with-edits"),
+]
+
+desk_patterns = [
+    path("", desk.desk_list, name="list"),
+    path("runs/<str:run_id>/resume/", desk.resume_run, name="resume-run"),
+    path("<str:tool_call_id>/", desk.desk_item, name="item"),
+    path("<str:tool_call_id>/look-up/", desk.look_up, name="look-up"),
+    path("<str:tool_call_id>/confirm/", desk.mark_confirmed, name="confirm"),
+    path("<str:tool_call_id>/not-happened/", desk.mark_not_happened, name="not-happened"),
+    path("<str:tool_call_id>/retry/", desk.retry, name="retry"),
+    path("<str:tool_call_id>/compensate/", desk.compensate, name="compensate"),
+    path("<str:tool_call_id>/abandon/", desk.abandon, name="abandon"),
+]
+
+# Admin pages and /metrics, at the site root.
+ops_patterns = [
+    path("audit/", ops.audit_search, name="audit"),
+    path("audit/export/", ops.audit_export, name="audit_export"),
+    path("dashboard/", ops.dashboard, name="dashboard"),
+    path("metrics", ops.metrics_text, name="metrics"),
+]

@@ -1,0 +1,193 @@
+"""Capability contracts: the machinery (DESIGN section 5). The concrete contracts are in
+one module per external system beside this one (payments, warehouse, carrier, mailer).
+
+A contract says what a tool call may contain (a JSON Schema, `additionalProperties: false`),
+checks it against trusted data at the external system (never against what the agent claims),
+and tells the dispatcher how to send it, look it up, verify it, retry it and undo it.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import httpx
+import jsonschema
+
+from toolcalls import connectors
+
+Problems = list[dict[str, str]]
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    max_attempts: int
+    base_delay: float
+    max_delay: float
+
+
+# Errors that prove nothing was executed; each capability may tune them.
+DEFAULT_RETRY = {
+    "tool.rate_limited": RetryPolicy(max_attempts=6, base_delay=0.5, max_delay=20),
+    "tool.upstream_5xx": RetryPolicy(max_attempts=5, base_delay=0.5, max_delay=10),
+    "tool.unreachable": RetryPolicy(max_attempts=5, base_delay=1.0, max_delay=15),
+}
+
+
+@dataclass(frozen=True)
+class Request:
+    method: str
+    path: str
+    body: dict[str, Any] | None = None
+
+
+class TrustedData:
+    """Reads at the external system with server-side credentials, for business checks and
+    verification. A read that fails raises UpstreamUnavailable."""
+
+    def __init__(self, tenant_slug: str, timeout: float = 5.0) -> None:
+        self.tenant_slug = tenant_slug
+        self.timeout = timeout
+
+    def get(self, system: str, path: str) -> dict[str, Any] | None:
+        endpoint = connectors.endpoint_for(self.tenant_slug, system)
+        try:
+            response = connectors.request(endpoint, "GET", path, timeout=self.timeout)
+        except httpx.HTTPError as exc:
+            raise UpstreamUnavailable(f"{system} did not answer: {type(exc).__name__}") from exc
+        if response.status_code == 404:
+            return None
+        if response.status_code != 200:
+            raise UpstreamUnavailable(f"{system} answered {response.status_code}")
+        return response.json()
+
+
+class UpstreamUnavailable(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class Capability:
+    id: str
+    version: int
+    title: str
+    system: str
+    action: str
+    kind: Literal["read", "write"]
+    permission: str
+    risk: Literal["low", "medium", "high"]
+    reversible: bool
+    input_schema: dict[str, Any]
+    object_ref: Callable[[dict[str, Any]], str]
+    build_request: Callable[[dict[str, Any]], Request]
+    summary: Callable[[dict[str, Any]], str]
+    business_check: Callable[[TrustedData, dict[str, Any]], Problems]
+    # The field of the response that names the operation at the external system.
+    external_id_field: str
+    # GET path (query `request_id=`) that finds the operation by our external request id.
+    lookup_path: str | None
+    # How long a look-up may miss an operation that did happen ("not found" is no proof).
+    consistency_window: float
+    # (trusted data, the call's external id, its args) -> confirmed_success /
+    # confirmed_failure / inconclusive
+    verify: Callable[[TrustedData, str, dict[str, Any]], str] | None
+    compensation: str | None = None
+    compensation_args: Callable[[str, dict[str, Any]], dict[str, Any]] | None = None
+    # The remote keeps idempotency keys this long (seconds); None: it does not deduplicate.
+    remote_dedupe_window: float | None = None
+    timeout: float = 5.0
+    retry: dict[str, RetryPolicy] = field(default_factory=lambda: dict(DEFAULT_RETRY))
+    # Look-ups before an unknown outcome goes to a person.
+    max_lookups: int = 6
+    # A response status meaning the operation already finished (not just accepted).
+    completes_on_response: bool = True
+
+    @property
+    def irreversible(self) -> bool:
+        return self.kind == "write" and not self.reversible and self.compensation is None
+
+    def validate(self, args: Any) -> Problems:
+        validator = jsonschema.Draft202012Validator(self.input_schema)
+        problems = []
+        for error in sorted(validator.iter_errors(args), key=lambda e: list(e.absolute_path)):
+            path = ".".join(str(p) for p in error.absolute_path)
+            if error.validator == "additionalProperties":
+                path = "args"
+            problems.append(
+                {
+                    "field": f"args.{path}" if path and path != "args" else "args",
+                    "problem": error.message,
+                }
+            )
+        return problems
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "version": self.version,
+            "title": self.title,
+            "system": self.system,
+            "kind": self.kind,
+            "permission": self.permission,
+            "risk": self.risk,
+            "reversible": self.reversible,
+            "compensation": self.compensation,
+            "irreversible": self.irreversible,
+            "lookup": bool(self.lookup_path),
+            "consistency_window_seconds": self.consistency_window,
+            "remote_dedupe_window_seconds": self.remote_dedupe_window,
+            "timeout_seconds": self.timeout,
+            "retry": {
+                name: {
+                    "max_attempts": p.max_attempts,
+                    "base_delay": p.base_delay,
+                    "max_delay": p.max_delay,
+                }
+                for name, p in self.retry.items()
+            },
+            "input_schema": self.input_schema,
+        }
+
+
+REGISTRY: dict[str, Capability] = {}
+
+
+def register(capability: Capability) -> Capability:
+    jsonschema.Draft202012Validator.check_schema(capability.input_schema)
+    REGISTRY[capability.id] = capability
+    return capability
+
+
+def get(capability_id: str) -> Capability | None:
+    return REGISTRY.get(capability_id)
+
+
+# --- shared pieces --------------------------------------------------------------------------
+
+
+def schema(properties: dict[str, Any], required: list[str], example: dict[str, Any]) -> dict:
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        "required": required,
+        "properties": properties,
+        "examples": [example],
+    }
+
+
+ORDER_ID = {"type": "string", "pattern": "^order-[0-9]{3}$"}
+
+
+def problem(field_name: str, text: str) -> Problems:
+    return [{"field": field_name, "problem": text}]
+
+
+def owned(data: TrustedData, record: dict[str, Any] | None, what: str, field_name: str) -> Problems:
+    # Another tenant's object is reported exactly like a missing one.
+    if record is None or record.get("tenant") != data.tenant_slug:
+        return problem(field_name, f"No {what} of this tenant has this id.")
+    return []
+
+
+def confirmed(ok: bool) -> str:
+    return "confirmed_success" if ok else "confirmed_failure"

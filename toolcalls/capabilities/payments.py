@@ -1,0 +1,122 @@
+"""The payment system's contracts: read an order, refund it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from toolcalls.capabilities.base import (
+    ORDER_ID,
+    Capability,
+    Problems,
+    Request,
+    TrustedData,
+    owned,
+    problem,
+    register,
+    schema,
+)
+
+# --- reads ----------------------------------------------------------------------------------
+
+
+def _check_order(data: TrustedData, args: dict[str, Any]) -> Problems:
+    return owned(
+        data, data.get("payments", f"/orders/{args['order_id']}"), "order", "args.order_id"
+    )
+
+
+register(
+    Capability(
+        id="get-order-v1",
+        version=1,
+        title="Read an order",
+        system="payments",
+        action="read-order",
+        kind="read",
+        permission="orders.read",
+        risk="low",
+        reversible=True,
+        input_schema=schema({"order_id": ORDER_ID}, ["order_id"], {"order_id": "order-001"}),
+        object_ref=lambda a: f"order:{a['order_id']}",
+        build_request=lambda a: Request("GET", f"/orders/{a['order_id']}"),
+        summary=lambda a: f"Read order {a['order_id']}.",
+        business_check=_check_order,
+        external_id_field="id",
+        lookup_path=None,
+        consistency_window=0,
+        verify=None,
+    )
+)
+
+# --- refunds --------------------------------------------------------------------------------
+
+
+def _check_refund(data: TrustedData, args: dict[str, Any]) -> Problems:
+    order = data.get("payments", f"/orders/{args['order_id']}")
+    problems = owned(data, order, "order", "args.order_id")
+    if problems:
+        return problems
+    if args["currency"].upper() != order["currency"].upper():
+        return problem("args.currency", f"The order was paid in {order['currency']}.")
+    if args["amount_cents"] > order["refundable_cents"]:
+        return problem(
+            "args.amount_cents",
+            f"At most {order['refundable_cents']} cents of this order can still be refunded "
+            f"(captured {order['captured_cents']}, refunded {order['refunded_cents']}).",
+        )
+    return []
+
+
+def _verify_refund(data: TrustedData, external_id: str, args: dict[str, Any]) -> str:
+    order = data.get("payments", f"/orders/{args['order_id']}")
+    if order is None:
+        return "confirmed_failure"
+    refunds = {r["refund_id"]: r for r in order.get("refunds", [])}
+    refund = refunds.get(external_id)
+    if refund is None:
+        return "inconclusive"
+    if refund["amount_cents"] != args["amount_cents"]:
+        return "confirmed_failure"
+    return "confirmed_success" if refund["status"] == "succeeded" else "inconclusive"
+
+
+register(
+    Capability(
+        id="refund-order-v2",
+        version=2,
+        title="Refund an order",
+        system="payments",
+        action="refund",
+        kind="write",
+        permission="payments.refund",
+        risk="high",
+        reversible=False,
+        input_schema=schema(
+            {
+                "order_id": ORDER_ID,
+                "amount_cents": {"type": "integer", "minimum": 1, "maximum": 10_000_000},
+                "currency": {"type": "string", "pattern": "^[A-Za-z]{3}$"},
+                "reason": {"type": "string", "maxLength": 500},
+            },
+            ["order_id", "amount_cents", "currency"],
+            {
+                "order_id": "order-001",
+                "amount_cents": 1500,
+                "currency": "USD",
+                "reason": "item arrived damaged",
+            },
+        ),
+        object_ref=lambda a: f"order:{a['order_id']}",
+        build_request=lambda a: Request("POST", "/refunds", dict(a)),
+        summary=lambda a: (
+            f"Refund {a['amount_cents'] / 100:.2f} {a['currency'].upper()} on order "
+            f"{a['order_id']}" + (f" ({a['reason']})" if a.get("reason") else "") + "."
+        ),
+        business_check=_check_refund,
+        external_id_field="refund_id",
+        lookup_path="/refunds/lookup",
+        consistency_window=2.0,
+        verify=_verify_refund,
+        remote_dedupe_window=24 * 3600,
+    )
+)

@@ -1,0 +1,490 @@
+"""Dispatch: claim, send, classify, record (DESIGN section 6).
+
+The external system is called between two transactions, never inside one: the claim (fencing
+token, lease, attempt, `dispatching`) commits first, the outcome is recorded after, and only if
+the claim's token is still current. A lost answer is `result_unknown`, never "failed".
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import socket
+import threading
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import httpx
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from runs import outbox
+from runs.faults import crashpoint
+from runs.models import Run
+from toolcalls import breaker, capabilities, connectors, errors, gate
+from toolcalls.capabilities import Capability
+from toolcalls.models import Attempt, E, ObjectRevision, Receipt, ToolCall
+from toolcalls.verify import tool_call_verify
+from toolcalls.writes import (
+    DISPATCH_TASK,
+    RECONCILE_TASK,
+    VERIFY_TASK,
+    capability_of,
+    timeout_of,
+    tool_call_event,
+    tool_call_lock,
+    tool_call_transition,
+)
+
+log = logging.getLogger(__name__)
+SYSTEM = "system:dispatcher"
+
+
+def worker_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
+
+
+@dataclass
+class Claim:
+    tool_call_id: str
+    attempt_id: str
+    fencing_token: int
+    tenant_slug: str
+    capability: Capability
+    args: dict[str, Any]
+    external_request_id: str
+    idempotency_key: str
+    # A success closes a half-open breaker; with a closed one there is nothing to write.
+    breaker_closed: bool = True
+
+
+@dataclass
+class Outcome:
+    kind: str  # confirmed | rejected | retryable | unknown
+    error_name: str = ""
+    message: str = ""
+    http_status: int | None = None
+    body: dict[str, Any] = field(default_factory=dict)
+    retry_after: float | None = None
+    replayed: bool = False
+
+
+def tool_call_dispatch(
+    *, tool_call_id: str, outbox_id: str | None = None, worker: str = ""
+) -> None:
+    """Claim, send, record. Safe to run twice or concurrently for one call."""
+    claim = tool_call_claim(tool_call_id=tool_call_id, outbox_id=outbox_id, worker=worker)
+    if claim is None:
+        return
+    crashpoint("before_send")
+    outcome = send(claim)
+    crashpoint("after_send")
+    verify_now = record_outcome(claim, outcome)
+    if verify_now:
+        # Verify in this task, saving a Celery hop; its outbox message is the safety net.
+        call, verify_outbox_id = verify_now
+        tool_call_verify(tool_call_id=claim.tool_call_id, outbox_id=verify_outbox_id, call=call)
+
+
+# --- claim ----------------------------------------------------------------------------------
+
+
+@transaction.atomic
+def tool_call_claim(*, tool_call_id: str, outbox_id: str | None, worker: str = "") -> Claim | None:
+    """Take the call for one attempt, or say why not now (None). Nothing is sent here."""
+    outbox.mark_done(outbox_id)
+    call = tool_call_lock(tool_call_id)
+    if call is None or call.execution_status != E.AUTHORIZED:
+        return None  # Somebody else claimed it, or it moved on: a duplicate message.
+    now = timezone.now()
+    if call.next_attempt_at and call.next_attempt_at > now + timedelta(milliseconds=100):
+        return None  # Early: the message scheduled for next_attempt_at will come.
+    if not call.run.is_open:
+        tool_call_transition(
+            call, "cancel", actor=SYSTEM, producer="dispatcher", reason=f"run {call.run.state}"
+        )
+        return None
+    capability = capability_of(call)
+    if not _ready_to_send(call, capability, now):
+        return None
+    breaker_closed = _deferred_by_breaker(call, capability, now)
+    if breaker_closed is None:
+        return None
+    admission = gate.tool_call_admit(call, capability, SYSTEM)
+    if admission == "needs_approval":
+        gate.tool_call_hold_for_approval(
+            call,
+            capability,
+            gate.requirement_for(call, capability),
+            actor=SYSTEM,
+            producer="dispatcher",
+            reason="asked again: the arguments, object or policy changed",
+            requested_by=None,
+        )
+        return None
+    if admission != "ok":
+        _fail_unsent(call, admission)
+        return None
+    return _take(call, capability, now, worker or worker_name(), breaker_closed)
+
+
+def _ready_to_send(call: ToolCall, capability: Capability, now: datetime) -> bool:
+    """Dependencies confirmed, budgets and deadline left, the object still at its revision.
+    A refusal here is written (cancelled or failed); waiting on dependencies writes nothing."""
+    if _unmet_dependencies(call) is not None:
+        return False  # dispatched again when its dependencies are confirmed (or cancelled)
+    refusal = _refusal_before_sending(call, call.run, now)
+    if refusal:
+        _fail_unsent(call, refusal)
+        return False
+    return True
+
+
+def _deferred_by_breaker(call: ToolCall, capability: Capability, now: datetime) -> bool | None:
+    """None when the capability's circuit is open (the call waits, with an event saying so);
+    otherwise whether the breaker was closed."""
+    wait_until, breaker_closed = breaker.admit(call, now)
+    if not wait_until:
+        return breaker_closed
+    call.next_attempt_at = wait_until
+    call.save(update_fields=["next_attempt_at", "updated_at"])
+    tool_call_event(
+        call,
+        "tool_call.deferred",
+        {
+            "error_name": errors.CIRCUIT_OPEN,
+            "until": wait_until.isoformat(),
+            "message": f"the circuit of {capability.id} is open",
+        },
+        actor=SYSTEM,
+        producer="dispatcher",
+    )
+    outbox.enqueue(DISPATCH_TASK, call.pk, countdown=(wait_until - now).total_seconds())
+    return None
+
+
+def _take(
+    call: ToolCall, capability: Capability, now: datetime, worker: str, breaker_closed: bool
+) -> Claim:
+    """Fencing token + 1, a lease, an attempt, `dispatching`."""
+    call.fencing_token += 1
+    number = call.fencing_token  # one claim, one attempt: their counts are the same
+    lease = now + timedelta(seconds=timeout_of(capability) + settings.LEASE_MARGIN_SECONDS)
+    attempt = Attempt.objects.create(
+        tool_call=call,
+        run=call.run,
+        number=number,
+        fencing_token=call.fencing_token,
+        worker=worker,
+        started_at=now,
+    )
+    call.lease_expires_at = lease
+    call.next_attempt_at = None
+    tool_call_transition(
+        call,
+        "claim",
+        actor=SYSTEM,
+        producer="dispatcher",
+        attempt_id=attempt.pk,
+        attempt=number,
+        fencing_token=call.fencing_token,
+        lease_expires_at=lease.isoformat(),
+    )
+    return Claim(
+        tool_call_id=call.pk,
+        attempt_id=attempt.pk,
+        fencing_token=call.fencing_token,
+        tenant_slug=call.tenant.slug,
+        capability=capability,
+        args=call.args,
+        external_request_id=call.external_request_id,
+        idempotency_key=call.idempotency_key,
+        breaker_closed=breaker_closed,
+    )
+
+
+def _fail_unsent(call: ToolCall, error: tuple[str, str]) -> None:
+    """Fail a call that was never sent: (error name, message)."""
+    call.last_error_name, call.last_error_message = error
+    tool_call_transition(
+        call, "fail", actor=SYSTEM, producer="dispatcher", error_name=error[0], message=error[1]
+    )
+
+
+def _unmet_dependencies(call: ToolCall) -> list[ToolCall] | None:
+    """None when every dependency is confirmed_success. A dependency that can no longer
+    succeed cancels this call; one still on its way leaves it authorized, waiting."""
+    dependencies = list(call.depends_on.all())
+    broken = [d for d in dependencies if d.cannot_succeed]
+    if broken:
+        reason = ", ".join(
+            f"{d.pk} is {d.execution_status}/{d.verification_status}" for d in broken
+        )
+        tool_call_transition(
+            call,
+            "cancel",
+            actor=SYSTEM,
+            producer="dispatcher",
+            reason=f"a dependency cannot succeed: {reason}",
+        )
+        return broken
+    waiting = [d for d in dependencies if not d.is_verified]
+    return waiting or None
+
+
+def _refusal_before_sending(call: ToolCall, run: Run, now: datetime) -> tuple[str, str] | None:
+    if Attempt.objects.filter(run=run).count() >= run.max_attempts:
+        return errors.BUDGET_EXCEEDED, f"run {run.pk} has used its {run.max_attempts} attempts"
+    if run.deadline and now > run.deadline:
+        return errors.DEADLINE_EXCEEDED, f"run {run.pk} passed its deadline"
+    if call.object_revision is not None:
+        current = ObjectRevision.objects.filter(tenant_id=call.tenant_id, ref=call.object_ref)
+        revision = current.values_list("revision", flat=True).first()
+        if revision is not None and revision != call.object_revision:
+            return (
+                errors.PRECONDITION_CONFLICT,
+                f"{call.object_ref} moved from revision {call.object_revision} to {revision} "
+                "since the call was computed; it was not sent",
+            )
+    return None
+
+
+# --- send and classify ----------------------------------------------------------------------
+
+
+def send(claim: Claim) -> Outcome:
+    """Call the external system once, and say what the answer proves."""
+    capability = claim.capability
+    request = capability.build_request(claim.args)
+    headers = {"X-Request-Id": claim.external_request_id}
+    if capability.kind == "write":
+        headers["Idempotency-Key"] = claim.idempotency_key
+    endpoint = connectors.endpoint_for(claim.tenant_slug, capability.system)
+    try:
+        response = connectors.request(
+            endpoint,
+            request.method,
+            request.path,
+            json=request.body,
+            headers=headers,
+            timeout=timeout_of(capability),
+        )
+    except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+        # The connection never opened: nothing was sent.
+        return Outcome("retryable", errors.UNREACHABLE, f"{type(exc).__name__}: {exc}")
+    except httpx.TimeoutException as exc:
+        return Outcome("unknown", errors.TIMEOUT, f"no answer in time ({type(exc).__name__})")
+    except httpx.TransportError as exc:
+        # Sent, then the connection broke: the system may have done it.
+        return Outcome("unknown", errors.CONNECTION_LOST, f"{type(exc).__name__}: {exc}")
+    return classify(response)
+
+
+def classify(response: httpx.Response) -> Outcome:
+    status = response.status_code
+    try:
+        body = response.json()
+    except ValueError:
+        body = {"text": response.text[:500]}
+    if not isinstance(body, dict):
+        body = {"value": body}
+    remote = f"{status} {body.get('error', '')}: {body.get('message', '')}".strip()
+    if 200 <= status < 300:
+        replayed = response.headers.get("Idempotent-Replayed", "").lower() == "true"
+        return Outcome("confirmed", http_status=status, body=body, replayed=replayed)
+    if status == 429:
+        retry_after = response.headers.get("Retry-After", "")
+        return Outcome(
+            "retryable",
+            errors.RATE_LIMITED,
+            remote,
+            status,
+            retry_after=float(retry_after) if retry_after.isdigit() else None,
+        )
+    if status in (502, 503):
+        # The gateway or the service refused before processing: safe to send again.
+        return Outcome("retryable", errors.UPSTREAM_5XX, remote, status)
+    if status >= 500:
+        # A 500 or 504 may come after the work was done.
+        return Outcome("unknown", errors.UPSTREAM_5XX, remote, status)
+    if status in (401, 403):
+        return Outcome("rejected", errors.AUTH_FAILED, remote, status)
+    if status == 400:
+        return Outcome("rejected", errors.VALIDATION_FAILED, remote, status)
+    return Outcome("rejected", errors.REJECTED, remote, status)
+
+
+def backoff(policy: capabilities.RetryPolicy, failures: int, retry_after: float | None) -> float:
+    """Exponential backoff with full jitter, never sooner than the system's Retry-After."""
+    ceiling = min(policy.max_delay, policy.base_delay * 2 ** (failures - 1))
+    return max(retry_after or 0.0, random.uniform(ceiling / 2, ceiling))
+
+
+# --- record ---------------------------------------------------------------------------------
+
+CLASSIFICATION = {
+    "confirmed": Attempt.Classification.CONFIRMED,
+    "rejected": Attempt.Classification.REJECTED,
+    "retryable": Attempt.Classification.RETRYABLE,
+    "unknown": Attempt.Classification.UNKNOWN,
+}
+
+
+@transaction.atomic
+def record_outcome(claim: Claim, outcome: Outcome) -> tuple[ToolCall, str] | None:
+    """Record what the answer proves, if this claim is still current. Returns the call and
+    the id of its verification's outbox message when the caller should verify right away."""
+    call = tool_call_lock(claim.tool_call_id)
+    now = timezone.now()
+    attempt = Attempt.objects.filter(pk=claim.attempt_id)
+    ended = {"ended_at": now, "error_name": outcome.error_name, "http_status": outcome.http_status}
+    if call.fencing_token != claim.fencing_token or call.execution_status != E.DISPATCHING:
+        attempt.update(classification=Attempt.Classification.STALE, **ended)
+        _refuse_stale(call, claim, outcome)
+        return None
+    attempt.update(classification=CLASSIFICATION[outcome.kind], **ended)
+    call.lease_expires_at = None
+    if outcome.kind == "confirmed":
+        status = Receipt.Status.ALREADY_EXISTS if outcome.replayed else Receipt.Status.CREATED
+        verify_outbox_id = tool_call_accept(
+            call,
+            claim.capability,
+            outcome.body,
+            source=Receipt.Source.DISPATCH,
+            status=status,
+            attempt_id=claim.attempt_id,
+            actor=SYSTEM,
+            verify_here=True,
+        )
+        if not claim.breaker_closed:
+            breaker.record_success(call)
+        return (call, verify_outbox_id) if verify_outbox_id else None
+    call.last_error_name, call.last_error_message = outcome.error_name, outcome.message
+    breaker.record_failure(call, outcome.error_name, now)
+    _record_failure(call, claim, outcome, now)
+    return None
+
+
+def _refuse_stale(call: ToolCall, claim: Claim, outcome: Outcome) -> None:
+    """A late or paused worker: its lease was given up and the call moved on without it."""
+    log.warning(
+        "refused stale result for %s (token %s, now %s, %s)",
+        call.pk,
+        claim.fencing_token,
+        call.fencing_token,
+        call.execution_status,
+    )
+    tool_call_event(
+        call,
+        "tool_call.stale_result_refused",
+        {
+            "attempt_id": claim.attempt_id,
+            "fencing_token": claim.fencing_token,
+            "current_token": call.fencing_token,
+            "status_now": call.execution_status,
+            "outcome": outcome.kind,
+            "external_id": str(outcome.body.get(claim.capability.external_id_field, "")),
+        },
+        actor=SYSTEM,
+        producer="dispatcher",
+    )
+
+
+def _record_failure(call: ToolCall, claim: Claim, outcome: Outcome, now: datetime) -> None:
+    """Rejected → failed; unknown → result_unknown and a look-up; retryable → authorized again
+    after a backoff with the same key, until the capability's retry policy gives up."""
+    details = {
+        "error_name": outcome.error_name,
+        "message": outcome.message,
+        "http_status": outcome.http_status,
+        "attempt_id": claim.attempt_id,
+    }
+    if outcome.kind == "rejected":
+        tool_call_transition(call, "fail", actor=SYSTEM, producer="dispatcher", **details)
+        return
+    if outcome.kind == "unknown":
+        tool_call_transition(call, "mark_unknown", actor=SYSTEM, producer="dispatcher", **details)
+        outbox.enqueue(RECONCILE_TASK, call.pk, countdown=claim.capability.consistency_window)
+        return
+    policy = claim.capability.retry.get(outcome.error_name)
+    failures = call.attempts.filter(error_name=outcome.error_name).count()
+    if policy is None or failures >= policy.max_attempts:
+        details["message"] = f"gave up after {failures} attempts: {outcome.message}"
+        tool_call_transition(call, "fail", actor=SYSTEM, producer="dispatcher", **details)
+        return
+    delay = backoff(policy, failures, outcome.retry_after)
+    call.next_attempt_at = now + timedelta(seconds=delay)
+    gate.tool_call_authorize(
+        call,
+        actor=SYSTEM,
+        producer="dispatcher",
+        reason=f"retry after {outcome.error_name}: nothing was executed",
+        delay_seconds=round(delay, 3),
+        next_attempt_at=call.next_attempt_at.isoformat(),
+        **details,
+    )
+
+
+def tool_call_accept(
+    call: ToolCall,
+    capability: Capability,
+    body: dict[str, Any],
+    *,
+    source: str,
+    status: str,
+    actor: str,
+    attempt_id: str | None = None,
+    evidence: str = "",
+    verify_here: bool = False,
+) -> str | None:
+    """The system did this operation (by our dispatch, a look-up or a person's word): keep
+    its receipt, complete, and start verification. With `verify_here` the caller verifies
+    right after commit (the returned outbox message id is the safety net); otherwise a
+    verification task is queued. The call is locked."""
+    producer = "dispatcher" if source == Receipt.Source.DISPATCH else "reconciler"
+    external_id = str(body.get(capability.external_id_field, ""))
+    receipt = Receipt.objects.create(
+        tool_call=call,
+        attempt_id=attempt_id,
+        external_id=external_id,
+        status=status,
+        source=source,
+        raw_response=body,
+    )
+    call.external_id, call.result = external_id, body
+    tool_call_transition(
+        call,
+        "accept",
+        actor=actor,
+        producer=producer,
+        receipt_id=receipt.pk,
+        external_id=external_id,
+        receipt_status=status,
+        source=source,
+        evidence=evidence,
+    )
+    if capability.completes_on_response:
+        tool_call_transition(call, "complete", actor=actor, producer=producer)
+        if capability.kind == "write":
+            # The object changed: calls computed from its old revision must not run.
+            moved = ObjectRevision.objects.filter(
+                tenant_id=call.tenant_id, ref=call.object_ref
+            ).update(revision=F("revision") + 1)
+            if moved:
+                gate.approvals_invalidate_for_object(call, call.object_ref, actor)
+    if capability.verify is None:
+        tool_call_transition(
+            call,
+            "confirm_success",
+            actor=actor,
+            producer=producer,
+            reason="a read observes the system itself",
+        )
+        return None
+    tool_call_transition(call, "await_verification", actor=actor, producer=producer)
+    message = outbox.enqueue(VERIFY_TASK, call.pk, publish_now=not verify_here)
+    return message.pk if verify_here else None

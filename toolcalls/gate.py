@@ -1,0 +1,365 @@
+"""Where approvals meet tool calls: asking people at proposal, checking the approval before
+dispatch, and acting on what people decided.
+
+The approvals app below records policies, approvals and decisions and never touches a tool
+call. Every effect of an approval on its call goes through one function here,
+`tool_call_follow_approval`: approved → authorized, rejected → rejected, expired → expired
+(and the policy's fallback for the run). The commands people use (approve, reject, approve
+with edits) lock the approval and the call, record the decision with approvals' services and
+then follow it, all in one transaction.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+from django.db.models.functions import Now
+from django.utils import timezone
+
+from approvals import services as approvals
+from approvals.models import Approval, ApprovalDecision, Policy
+from approvals.policies import Requirement, current_policy, requirement
+from runs import outbox
+from runs.canonical import digest
+from runs.errors import not_found
+from runs.models import Tenant, User
+from runs.services import actor_for_user
+from toolcalls import capabilities, lifecycle
+from toolcalls.capabilities import Capability
+from toolcalls.checks import arguments_check
+from toolcalls.models import E, ToolCall
+from toolcalls.writes import (
+    DISPATCH_TASK,
+    tool_call_event,
+    tool_call_lock,
+    tool_call_transition,
+)
+
+
+def requirement_for(call: ToolCall, capability: Capability) -> Requirement:
+    return requirement(current_policy(call.tenant, call.capability_id), call.args, capability.risk)
+
+
+def tool_call_authorize(
+    call: ToolCall, *, actor: str, producer: str, reason: str, **details: Any
+) -> None:
+    """Authorized: dispatch it (at `next_attempt_at` when a retry waits)."""
+    tool_call_transition(
+        call, "authorize", actor=actor, producer=producer, reason=reason, **details
+    )
+    countdown = 0.0
+    if call.next_attempt_at:
+        countdown = max(0.0, (call.next_attempt_at - timezone.now()).total_seconds())
+    outbox.enqueue(DISPATCH_TASK, call.pk, countdown=countdown)
+
+
+def tool_call_hold_for_approval(
+    call: ToolCall,
+    capability: Capability,
+    needed: Requirement,
+    *,
+    actor: str,
+    producer: str,
+    reason: str,
+    requested_by: User | None,
+) -> Approval:
+    """The policy asks people: the call waits in awaiting_approval, bound to a new approval,
+    and its run waits with it."""
+    if call.execution_status != E.AWAITING_APPROVAL:
+        tool_call_transition(
+            call, "request_approval", actor=actor, producer=producer, reason=reason
+        )
+    approval = approvals.approval_open(
+        call=call,
+        summary=capability.summary(call.args),
+        permission=capability.permission,
+        needed=needed,
+        actor=actor,
+        producer=producer,
+        requested_by=requested_by,
+    )
+    lifecycle.run_wait_for_approval(
+        run_id=call.run_id, approval_id=approval.pk, actor=actor, producer=producer
+    )
+    return approval
+
+
+def tool_call_admit(call: ToolCall, capability: Capability, actor: str) -> str | tuple[str, str]:
+    """Before a dispatch: "ok", "needs_approval" (ask people again), or (error name, message)
+    to fail the call. Consumes an approved approval: once."""
+    needed = requirement_for(call, capability)
+    if needed.approvers == 0:
+        return "ok"  # the current policy asks nobody for these arguments
+    latest = call.approvals.order_by("-created_at").first()
+    if latest is None:
+        return "needs_approval"
+    if latest.state == Approval.State.CONSUMED:
+        # The same operation again (a look-up proved it absent): the approval still covers
+        # it unless the arguments, the object or the policy's demand changed.
+        unchanged = (
+            latest.args_digest == call.args_digest
+            and latest.object_revision == call.object_revision
+            and needed.approvers <= latest.required_approvers
+        )
+        return "ok" if unchanged else "needs_approval"
+    if latest.state != Approval.State.APPROVED:
+        return "approval.not_approved", f"approval {latest.pk} is {latest.state}"
+    if needed.approvers > latest.required_approvers:
+        approvals.approval_transition(
+            latest,
+            "invalidate",
+            actor=actor,
+            producer="dispatcher",
+            reason="the policy now asks for more approvers",
+        )
+        return "needs_approval"
+    consumed = approvals.approval_consume(
+        approval=latest, args_digest=call.args_digest, actor=actor
+    )
+    if consumed == "consumed":
+        return "ok"
+    latest.refresh_from_db()
+    if consumed == "expired":
+        approvals.approval_transition(
+            latest, "expire", actor=actor, producer="dispatcher", reason="expired before dispatch"
+        )
+        return "approval.expired", f"approval {latest.pk} expired before dispatch"
+    approvals.approval_transition(
+        latest,
+        "invalidate",
+        actor=actor,
+        producer="dispatcher",
+        reason="the arguments changed since approval",
+    )
+    return "needs_approval"
+
+
+def approvals_invalidate_for_object(call: ToolCall, object_ref: str, actor: str) -> None:
+    """A write changed `object_ref`: approvals bound to its older revision no longer describe
+    reality. They are invalidated, and their calls with them (the agent proposes again from
+    the new revision)."""
+    stale = (
+        Approval.objects.select_for_update()
+        .select_related("run", "tool_call")
+        .filter(
+            tenant_id=call.tenant_id,
+            object_ref=object_ref,
+            state__in=Approval.OPEN_STATES,
+            object_revision__isnull=False,
+        )
+        .exclude(tool_call=call)
+    )
+    reason = f"{object_ref} changed (by {call.pk})"
+    for approval in stale:
+        approvals.approval_transition(
+            approval, "invalidate", actor=actor, producer="dispatcher", reason=reason
+        )
+        other = approval.tool_call
+        if other.execution_status in (E.AWAITING_APPROVAL, E.AUTHORIZED):
+            tool_call_transition(
+                other, "invalidate", actor=actor, producer="dispatcher", reason=reason
+            )
+
+
+def tool_call_follow_approval(
+    approval: Approval, call: ToolCall, *, actor: str, producer: str, reason: str = ""
+) -> None:
+    """The one way an approval's state reaches its tool call (both locked, in a transaction):
+    approved → authorized; rejected → rejected; expired → expired (or invalidated when it
+    was authorized and not yet sent), then the policy's fallback for the run. Still pending
+    (1 of 2 approvers so far): nothing changes."""
+    if approval.state == Approval.State.APPROVED:
+        tool_call_authorize(
+            call, actor=actor, producer=producer, reason=reason or f"approved ({approval.pk})"
+        )
+    elif approval.state == Approval.State.REJECTED:
+        tool_call_transition(call, "reject", actor=actor, producer=producer, reason=reason)
+    elif approval.state == Approval.State.EXPIRED:
+        if call.execution_status == E.AUTHORIZED:
+            tool_call_transition(
+                call,
+                "invalidate",
+                actor=actor,
+                producer=producer,
+                reason="its approval expired before dispatch",
+            )
+        elif call.execution_status == E.AWAITING_APPROVAL:
+            tool_call_transition(
+                call, "expire", actor=actor, producer=producer, reason="approval.expired"
+            )
+        if approval.policy.on_expiry == Policy.OnExpiry.HAND_TO_HUMAN:
+            lifecycle.run_hand_to_human(
+                run_id=call.run_id, actor=actor, producer=producer, reason=f"{approval.pk} expired"
+            )
+            return
+    else:
+        return
+    lifecycle.run_resume_if_unblocked(run_id=call.run_id, actor=actor, producer=producer)
+
+
+# --- people's commands ----------------------------------------------------------------------
+
+
+def _lock_both(tenant: Tenant, approval_id: str) -> tuple[Approval, ToolCall]:
+    approval = approvals.approval_lock(tenant=tenant, approval_id=approval_id)
+    return approval, tool_call_lock(approval.tool_call_id)
+
+
+@transaction.atomic
+def tool_call_approve(
+    *,
+    tenant: Tenant,
+    approval_id: str,
+    user: User,
+    seen_version: int,
+    seen_summary_hash: str,
+    reason: str = "",
+) -> Approval:
+    approval, call = _lock_both(tenant, approval_id)
+    approvals.approval_check_decision(
+        approval=approval, user=user, seen_version=seen_version, seen_summary_hash=seen_summary_hash
+    )
+    approvals.approval_approve(approval=approval, user=user, reason=reason)
+    tool_call_follow_approval(approval, call, actor=actor_for_user(user), producer="console")
+    return approval
+
+
+@transaction.atomic
+def tool_call_reject(
+    *,
+    tenant: Tenant,
+    approval_id: str,
+    user: User,
+    seen_version: int,
+    seen_summary_hash: str,
+    reason: str,
+) -> Approval:
+    approval, call = _lock_both(tenant, approval_id)
+    approvals.approval_check_decision(
+        approval=approval, user=user, seen_version=seen_version, seen_summary_hash=seen_summary_hash
+    )
+    approvals.approval_reject(approval=approval, user=user, reason=reason)
+    tool_call_follow_approval(
+        approval, call, actor=actor_for_user(user), producer="console", reason=reason
+    )
+    return approval
+
+
+def tool_call_approve_with_edits(
+    *,
+    tenant: Tenant,
+    approval_id: str,
+    user: User,
+    seen_version: int,
+    seen_summary_hash: str,
+    edits: dict[str, Any],
+    reason: str = "",
+) -> Approval:
+    """Approve different arguments: they are validated like a proposal, get their own digest
+    and are judged by the policy again (raising an amount may need more approvers). The call's
+    arguments are replaced in place (the old ones stay in its events). Returns the approval
+    that now stands for the call."""
+    approval = (
+        Approval.objects.select_related("tenant", "tool_call")
+        .filter(tenant=tenant, pk=approval_id)
+        .first()
+    )
+    if approval is None:
+        raise not_found("approval", approval_id)
+    capability = capabilities.get(approval.tool_call.capability_id)
+    new_args = {**approval.args, **edits}
+    arguments_check(tenant, capability, new_args)
+    diff = {
+        key: {"from": approval.args.get(key), "to": value}
+        for key, value in new_args.items()
+        if approval.args.get(key) != value
+    }
+    seen = {"seen_version": seen_version, "seen_summary_hash": seen_summary_hash}
+    if not diff:
+        return tool_call_approve(
+            tenant=tenant, approval_id=approval_id, user=user, reason=reason, **seen
+        )
+    with transaction.atomic():
+        approval, call = _lock_both(tenant, approval_id)
+        approvals.approval_check_decision(approval=approval, user=user, **seen)
+        approvals.approval_record_edit(approval=approval, user=user, reason=reason, diff=diff)
+        _replace_args(call, new_args, diff, actor=actor_for_user(user), by=user.username)
+        return _ask_again_after_edit(approval, call, capability, user, reason, diff)
+
+
+def _ask_again_after_edit(
+    approval: Approval, call: ToolCall, capability: Capability, user: User, reason: str, diff: dict
+) -> Approval:
+    """The policy judges the edited arguments: no approver needed → authorized; otherwise a
+    new approval, which the editor has approved by writing the edit."""
+    actor = actor_for_user(user)
+    needed = requirement_for(call, capability)
+    if needed.approvers == 0:
+        tool_call_authorize(
+            call, actor=actor, producer="console", reason="edited arguments need no approval"
+        )
+        lifecycle.run_resume_if_unblocked(run_id=call.run_id, actor=actor, producer="console")
+        return approval
+    replacement = tool_call_hold_for_approval(
+        call,
+        capability,
+        needed,
+        actor=actor,
+        producer="console",
+        reason="arguments edited",
+        requested_by=approval.requested_by,
+    )
+    approvals.approval_record_decision(
+        approval=replacement,
+        user=user,
+        kind=ApprovalDecision.Kind.APPROVE_WITH_EDITS,
+        reason=reason,
+        diff=diff,
+    )
+    approvals.approval_approve_if_quorum(approval=replacement, actor=actor)
+    tool_call_follow_approval(replacement, call, actor=actor, producer="console")
+    return replacement
+
+
+def _replace_args(call: ToolCall, new_args: dict, diff: dict, *, actor: str, by: str) -> None:
+    old_digest = call.args_digest
+    call.args, call.args_digest = new_args, digest(new_args)
+    call.save(update_fields=["args", "args_digest", "updated_at"])
+    tool_call_event(
+        call,
+        "tool_call.args_edited",
+        {
+            "from_digest": old_digest,
+            "to_digest": call.args_digest,
+            "diff": diff,
+            "args": new_args,
+            "by": by,
+        },
+        actor=actor,
+        producer="console",
+    )
+
+
+def approvals_expire_due(*, limit: int = 500) -> int:
+    """Expire approvals past their deadline and follow each to its call (the policy's
+    fallback). Safe to run twice at once: each approval is locked and re-checked."""
+    due = list(
+        # By the database's clock: every web and beat process agrees on it.
+        Approval.objects.filter(state__in=Approval.OPEN_STATES, expires_at__lte=Now()).values_list(
+            "pk", "tenant_id"
+        )[:limit]
+    )
+    expired = 0
+    for approval_id, tenant_id in due:
+        with transaction.atomic():
+            approval, call = _lock_both(Tenant(pk=tenant_id), approval_id)
+            if not approval.is_open or approval.expires_at > timezone.now():
+                continue
+            actor = "system:expiry"
+            approvals.approval_transition(
+                approval, "expire", actor=actor, producer="beat", reason="deadline passed"
+            )
+            tool_call_follow_approval(approval, call, actor=actor, producer="beat")
+            expired += 1
+    return expired

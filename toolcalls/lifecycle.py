@@ -1,0 +1,147 @@
+"""A run's lifecycle as its tool calls and approvals drive it: wait, resume, hand to a person,
+stop, finish. Every change of a run's state outside `run_start` is made here, through
+`runs.services.run_transition`, with the run row locked.
+
+Runs live in the base app, which knows nothing of tool calls; the rules that depend on them
+(a run waits while an approval is pending, goes on once no outcome is unknown) live here.
+"""
+
+from __future__ import annotations
+
+from django.db import transaction
+
+from approvals.models import Approval
+from approvals.services import approval_transition
+from runs.errors import DomainError, not_found
+from runs.models import Run, Tenant
+from runs.services import run_transition
+from toolcalls.models import ToolCall
+from toolcalls.writes import tool_call_transition
+
+
+def run_lock(run_id: str, *, tenant: Tenant | None = None) -> Run:
+    runs = Run.objects.select_for_update()
+    run = (runs.filter(tenant=tenant) if tenant else runs).filter(pk=run_id).first()
+    if run is None:
+        raise not_found("run", run_id)
+    return run
+
+
+def run_wait_for_approval(*, run_id: str, approval_id: str, actor: str, producer: str) -> None:
+    run = run_lock(run_id)
+    if run.state == Run.State.ACTIVE:
+        run_transition(
+            run, "wait", actor=actor, producer=producer, reason=f"{approval_id} waits for approval"
+        )
+
+
+def run_hand_to_human(*, run_id: str, actor: str, producer: str, reason: str) -> None:
+    run = run_lock(run_id)
+    if run.state in (Run.State.ACTIVE, Run.State.WAITING):
+        run_transition(run, "hand_to_human", actor=actor, producer=producer, reason=reason)
+
+
+def run_resume_if_unblocked(*, run_id: str, actor: str, producer: str) -> None:
+    """The one rule for going on by itself: a waiting run resumes once no approval of it is
+    pending; a run handed to a person resumes once none of its outcomes is unknown."""
+    run = run_lock(run_id)
+    if run.state == Run.State.WAITING:
+        if Approval.objects.filter(run=run, state=Approval.State.PENDING).exists():
+            return
+        run_transition(run, "resume", actor=actor, producer=producer, reason="no approval pending")
+    elif run.state == Run.State.NEEDS_HUMAN:
+        if ToolCall.objects.filter(run=run, execution_status__in=ToolCall.UNKNOWN).exists():
+            return
+        run_transition(
+            run,
+            "resume",
+            actor=actor,
+            producer=producer,
+            reason="every unknown outcome is resolved",
+        )
+
+
+def run_resume_by_person(*, tenant: Tenant, run_id: str, actor: str, reason: str) -> Run:
+    """A person carries on with a run handed to them (an approval expired, say): only once
+    nothing in it is unknown."""
+    with transaction.atomic():
+        run = run_lock(run_id, tenant=tenant)
+        if ToolCall.objects.filter(run=run, execution_status__in=ToolCall.UNKNOWN).exists():
+            raise DomainError("desk.unknowns_left", "Resolve its unknown calls first.")
+        return run_transition(
+            run, "resume", actor=actor, producer="desk", reason=reason or "resumed from the desk"
+        )
+
+
+def tool_call_cancel(call: ToolCall, *, actor: str, producer: str, reason: str) -> None:
+    """Cancel a call not yet sent, and the approval that holds it, so nobody is asked to
+    approve what can no longer run. The call is locked."""
+    for approval in call.approvals.select_for_update().filter(state__in=Approval.OPEN_STATES):
+        approval_transition(approval, "cancel", actor=actor, producer=producer, reason=reason)
+    tool_call_transition(call, "cancel", actor=actor, producer=producer, reason=reason)
+
+
+def run_cancel_open_calls(run: Run, *, actor: str, reason: str) -> list[ToolCall]:
+    """Cancel what is not yet sent; return the calls still in flight. The run is locked."""
+    in_flight = []
+    for call in ToolCall.objects.select_for_update().filter(run=run).select_related("run"):
+        if call.execution_status in ToolCall.NOT_SENT:
+            tool_call_cancel(call, actor=actor, producer="api", reason=reason)
+        elif call.execution_status in ToolCall.IN_FLIGHT:
+            in_flight.append(call)
+    return in_flight
+
+
+@transaction.atomic
+def run_stop(*, tenant: Tenant, run_id: str, actor: str, reason: str = "") -> tuple[Run, list]:
+    """Cancel the run and every call not yet sent (with its pending approval); report the
+    calls still in flight (their outcome is still recorded when it comes; it does not reopen
+    the run)."""
+    run = run_lock(run_id, tenant=tenant)
+    in_flight = run_cancel_open_calls(run, actor=actor, reason=reason or "run stopped")
+    if run.state != Run.State.CANCELLED:
+        run_transition(run, "cancel", actor=actor, reason=reason, producer="api")
+    return run, in_flight
+
+
+@transaction.atomic
+def run_finish(
+    *,
+    tenant: Tenant,
+    run_id: str,
+    actor: str,
+    failed_permanently: bool = False,
+    reason: str = "",
+) -> Run:
+    """End a run with its exit type, judged from its calls: completed (every call
+    verified), completed_with_degradation (some did not succeed), needs_human (some outcome is
+    unknown), or failed_permanently when the agent says the task cannot be done."""
+    run = run_lock(run_id, tenant=tenant)
+    if run.state not in (Run.State.ACTIVE, Run.State.WAITING):
+        raise DomainError("run.invalid_state", f"Run {run.pk} is {run.state} already.")
+    calls = list(ToolCall.objects.filter(run=run))
+    moving = [c for c in calls if c.is_on_its_way]
+    if moving:
+        raise DomainError(
+            "run.work_in_flight",
+            f"{', '.join(c.pk for c in moving)} still on their way: wait for them, or stop "
+            "the run (POST /stop) to cancel what is not dispatched.",
+            details=[
+                {"tool_call_id": c.pk, "execution_status": c.execution_status} for c in moving
+            ],
+        )
+    unknown = [c for c in calls if c.is_unknown]
+    degraded = [c for c in calls if c.did_not_succeed]
+    if unknown:
+        action = "hand_to_human"
+        reason = reason or f"unknown outcomes: {', '.join(c.pk for c in unknown)}"
+    elif failed_permanently:
+        action = "fail_permanently"
+    elif degraded:
+        action = "complete_with_degradation"
+        reason = reason or f"did not succeed: {', '.join(c.pk for c in degraded)}"
+    else:
+        action = "complete"
+    if run.state == Run.State.WAITING and action != "hand_to_human":
+        run_transition(run, "resume", actor=actor, producer="api", reason="finishing")
+    return run_transition(run, action, actor=actor, producer="api", reason=reason)

@@ -1,0 +1,266 @@
+"""Proposing a tool call: validate it, fix its idempotency key, record it, and either hold it
+for approval or authorize it (DESIGN sections 5, 6 and 8)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import IntegrityError, transaction
+
+from runs.canonical import digest
+from runs.errors import DomainError, not_found
+from runs.ids import new_id
+from runs.models import Decision, Run, Tenant, User
+from runs.selectors import run_get
+from toolcalls import capabilities, errors, gate
+from toolcalls.capabilities import Capability
+from toolcalls.checks import business_check, invalid
+from toolcalls.models import ObjectRevision, ToolCall
+from toolcalls.writes import tool_call_event
+
+
+def idempotency_key(tenant: Tenant, capability: Capability, object_ref: str, intent: str) -> str:
+    return f"{tenant.slug}:{object_ref}:{capability.action}:{intent}"
+
+
+def tool_call_propose(
+    *,
+    tenant: Tenant,
+    run_id: str,
+    capability_id: str,
+    args: Any,
+    intent: str,
+    actor: str,
+    object_ref: str = "",
+    object_revision: int | None = None,
+    decision_id: str | None = None,
+    requested_by: User | None = None,
+    depends_on: list[str] | None = None,
+) -> tuple[ToolCall, bool]:
+    """Validate and record a proposed call. Returns (call, created); the same key with the
+    same arguments returns the existing call, with other arguments it is a conflict."""
+    run_get(tenant=tenant, run_id=run_id)  # another tenant's run is a 404 before anything else
+    capability = _capability(capability_id)
+    problems = capability.validate(args)
+    if problems:
+        raise invalid(problems)
+    derived_ref = capability.object_ref(args)
+    if object_ref and object_ref != derived_ref:
+        raise invalid([{"field": "object.ref", "problem": f"these args act on {derived_ref!r}"}])
+    key = idempotency_key(tenant, capability, derived_ref, intent)
+    args_digest = digest(args)
+    existing = ToolCall.objects.filter(tenant=tenant, idempotency_key=key).first()
+    if existing:
+        return _same_call(existing, args_digest), False
+    problems = business_check(tenant, capability, args)
+    if problems:
+        raise invalid(problems)
+    try:
+        with transaction.atomic():
+            run = _lock_open_run(tenant, run_id)
+            call = tool_call_create(
+                run=run,
+                capability=capability,
+                args=args,
+                args_digest=args_digest,
+                key=key,
+                intent=intent,
+                object_ref=derived_ref,
+                object_revision=object_revision,
+                decision=_decision(run, decision_id),
+                actor=actor,
+                requested_by=requested_by,
+                dependencies=_dependencies(run, depends_on or []),
+            )
+    except IntegrityError:
+        # A concurrent proposal with the same key committed first.
+        existing = ToolCall.objects.get(tenant=tenant, idempotency_key=key)
+        return _same_call(existing, args_digest), False
+    return call, True
+
+
+def _capability(capability_id: str) -> Capability:
+    capability = capabilities.get(capability_id)
+    if capability is None:
+        raise DomainError(
+            errors.VALIDATION_FAILED,
+            f"No capability {capability_id!r}; GET /api/v1/capabilities lists them.",
+            status=422,
+            details=[{"field": "capability", "problem": "unknown capability"}],
+        )
+    return capability
+
+
+def _same_call(existing: ToolCall, args_digest: str) -> ToolCall:
+    if existing.args_digest != args_digest:
+        raise DomainError(
+            errors.IDEMPOTENCY_CONFLICT,
+            f"Tool call {existing.pk} already has this intent on this object with other "
+            "arguments; a new intent needs a new `intent` value.",
+        )
+    return existing
+
+
+def _lock_open_run(tenant: Tenant, run_id: str) -> Run:
+    run = Run.objects.select_for_update().filter(tenant=tenant, pk=run_id).first()
+    if run is None:
+        raise not_found("run", run_id)
+    if not run.is_open:
+        raise DomainError("run.closed", f"Run {run.pk} is {run.state}; it takes no new calls.")
+    run.tenant = tenant  # known already: the policy check reads it without another query
+    return run
+
+
+def _decision(run: Run, decision_id: str | None) -> Decision | None:
+    if not decision_id:
+        return None
+    decision = Decision.objects.filter(run=run, pk=decision_id).first()
+    if decision is None:
+        raise invalid([{"field": "decision_id", "problem": "not a decision of this run"}])
+    return decision
+
+
+def _dependencies(run: Run, ids: list[str]) -> list[ToolCall]:
+    if not ids:
+        return []
+    found = list(ToolCall.objects.filter(run=run, pk__in=ids))
+    missing = sorted(set(ids) - {call.pk for call in found})
+    if missing:
+        raise invalid(
+            [{"field": "depends_on", "problem": f"not calls of this run: {', '.join(missing)}"}]
+        )
+    return found
+
+
+WRITE_CAPABILITIES = [c.id for c in capabilities.REGISTRY.values() if c.kind == "write"]
+
+
+def _check_object(run: Run, capability: Capability, object_ref: str, revision: int) -> None:
+    """The revision the call was computed from must be current, and one writer at a time may
+    hold it: a second open write on the same object revision is a precondition.conflict."""
+    ObjectRevision.objects.get_or_create(
+        tenant_id=run.tenant_id, ref=object_ref, defaults={"revision": revision}
+    )
+    current = ObjectRevision.objects.select_for_update().get(
+        tenant_id=run.tenant_id, ref=object_ref
+    )
+    if current.revision != revision:
+        raise DomainError(
+            errors.PRECONDITION_CONFLICT,
+            f"{object_ref} is at revision {current.revision}, not {revision}: "
+            "compute the call again from the current object.",
+        )
+    if capability.kind != "write":
+        return
+    writer = (
+        ToolCall.objects.filter(
+            tenant_id=run.tenant_id,
+            object_ref=object_ref,
+            object_revision=revision,
+            capability_id__in=WRITE_CAPABILITIES,
+        )
+        .exclude(execution_status__in=ToolCall.FINAL_EXECUTION)
+        .first()
+    )
+    if writer is not None:
+        raise DomainError(
+            errors.PRECONDITION_CONFLICT,
+            f"{writer.pk} already writes {object_ref} at revision {revision}; wait for it and "
+            "compute the next call from the revision it leaves.",
+        )
+
+
+def _proposed_payload(
+    call: ToolCall, capability: Capability, dependencies: list[ToolCall]
+) -> dict[str, Any]:
+    return {
+        "capability": capability.id,
+        "capability_version": capability.version,
+        "args": call.args,
+        "args_digest": call.args_digest,
+        "idempotency_key": call.idempotency_key,
+        "external_request_id": call.external_request_id,
+        "intent": call.intent,
+        "object_ref": call.object_ref,
+        "object_revision": call.object_revision,
+        "compensation_of": call.compensation_of_id,
+        "depends_on": [dependency.pk for dependency in dependencies],
+        "summary": capability.summary(call.args),
+    }
+
+
+def tool_call_create(
+    *,
+    run: Run,
+    capability: Capability,
+    args: dict,
+    args_digest: str,
+    key: str,
+    intent: str,
+    object_ref: str,
+    object_revision: int | None,
+    decision: Decision | None,
+    actor: str,
+    requested_by: User | None = None,
+    compensation_of: ToolCall | None = None,
+    dependencies: list[ToolCall] | None = None,
+) -> ToolCall:
+    """Record a checked call with its `tool_call.proposed` event, then let the policy decide:
+    held for approval, or authorized and dispatched. The run is locked."""
+    if run.tool_calls.count() >= run.max_tool_calls:
+        raise DomainError(
+            errors.MAX_STEPS_EXCEEDED,
+            f"Run {run.pk} has used its {run.max_tool_calls} tool calls.",
+        )
+    if object_revision is not None:
+        _check_object(run, capability, object_ref, object_revision)
+    call = ToolCall(
+        tenant=run.tenant,
+        run=run,
+        capability_id=capability.id,
+        decision=decision,
+        intent=intent,
+        object_ref=object_ref,
+        object_revision=object_revision,
+        args=args,
+        args_digest=args_digest,
+        idempotency_key=key,
+        external_request_id=new_id("req"),
+        compensation_of=compensation_of,
+    )
+    call.save(force_insert=True)
+    if dependencies:
+        call.depends_on.set(dependencies)
+    tool_call_event(
+        call,
+        "tool_call.proposed",
+        _proposed_payload(call, capability, dependencies or []),
+        actor=actor,
+        producer="api",
+    )
+    _ask_policy(call, capability, actor=actor, requested_by=requested_by)
+    return call
+
+
+def _ask_policy(
+    call: ToolCall, capability: Capability, *, actor: str, requested_by: User | None
+) -> None:
+    """The current policy decides: held for people, or authorized and dispatched."""
+    needed = gate.requirement_for(call, capability)
+    if needed.approvers:
+        gate.tool_call_hold_for_approval(
+            call,
+            capability,
+            needed,
+            actor=actor,
+            producer="api",
+            reason=f"policy v{needed.policy.version}: {needed.rule_name}",
+            requested_by=requested_by,
+        )
+    else:
+        gate.tool_call_authorize(
+            call,
+            actor=actor,
+            producer="api",
+            reason=f"policy v{needed.policy.version} asks no approver",
+        )

@@ -1,0 +1,87 @@
+"""Verification: observe domain reality for an accepted call (DESIGN section 4). It is a
+separate machine from execution: it can lag completion, disagree with it (inconclusive), or be
+all that is left when the command's own answer was lost."""
+
+from __future__ import annotations
+
+from django.db import transaction
+
+from runs import outbox
+from toolcalls.capabilities import TrustedData, UpstreamUnavailable
+from toolcalls.models import E, ToolCall, V
+from toolcalls.writes import (
+    DISPATCH_TASK,
+    VERIFY_TASK,
+    capability_of,
+    tool_call_lock,
+    tool_call_transition,
+)
+
+MAX_VERIFICATIONS = 6
+SYSTEM = "system:verifier"
+
+
+def mark_done(outbox_id: str | None) -> None:
+    with transaction.atomic():
+        outbox.mark_done(outbox_id)
+
+
+def tool_call_verify(
+    *, tool_call_id: str, outbox_id: str | None = None, call: ToolCall | None = None
+) -> None:
+    """Look at the system and judge the outcome. Like reconcile, it marks its outbox message
+    done only with its result. `call` is the dispatcher's copy of it, just committed, which
+    saves reading it again; it is locked again to write."""
+    if call is None:
+        call = ToolCall.objects.select_related("tenant").filter(pk=tool_call_id).first()
+    if call is None or call.verification_status != V.PENDING:
+        mark_done(outbox_id)
+        return
+    capability = capability_of(call)
+    try:
+        judgment = capability.verify(TrustedData(call.tenant.slug), call.external_id, call.args)
+    except UpstreamUnavailable:
+        judgment = "unavailable"
+    with transaction.atomic():
+        outbox.mark_done(outbox_id)
+        call = tool_call_lock(tool_call_id)
+        if call.verification_status != V.PENDING:
+            return
+        call.verifications += 1
+        if judgment in ("confirmed_success", "confirmed_failure"):
+            action = "confirm_success" if judgment == "confirmed_success" else "confirm_failure"
+            tool_call_transition(call, action, actor=SYSTEM, producer="verifier")
+            if action == "confirm_success" and call.compensation_of_id:
+                _finish_compensation(call)
+            _wake_dependents(call)
+            return
+        if call.verifications >= MAX_VERIFICATIONS:
+            tool_call_transition(
+                call,
+                "find_inconclusive",
+                actor=SYSTEM,
+                producer="verifier",
+                reason=f"{judgment} after {call.verifications} observations",
+            )
+            return
+        call.save(update_fields=["verifications", "updated_at"])
+        outbox.enqueue(VERIFY_TASK, call.pk, countdown=0.5 * 2**call.verifications)
+
+
+def _wake_dependents(call: ToolCall) -> None:
+    for dependent_id in call.dependents.filter(execution_status=E.AUTHORIZED).values_list(
+        "pk", flat=True
+    ):
+        outbox.enqueue(DISPATCH_TASK, dependent_id)
+
+
+def _finish_compensation(compensation: ToolCall) -> None:
+    original = tool_call_lock(compensation.compensation_of_id)
+    if original.execution_status == E.COMPENSATING:
+        tool_call_transition(
+            original,
+            "finish_compensation",
+            actor=SYSTEM,
+            producer="verifier",
+            reason=f"compensated by {compensation.pk}",
+        )

@@ -1,0 +1,96 @@
+"""The write path of a tool call, shared by every stage (propose, dispatch, reconcile, …).
+
+`tool_call_transition` is the one way either state machine changes: transition, event and
+save in the caller's transaction (the contract is in runs/transitions.py). Every stage locks
+the call with `tool_call_lock` first.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+
+from runs import events, transitions
+from runs.errors import DomainError, not_found
+from runs.models import Event, Tenant
+from toolcalls import capabilities, errors
+from toolcalls.capabilities import Capability
+from toolcalls.event_types import EXECUTION_EVENTS, VERIFICATION_EVENTS
+from toolcalls.models import ToolCall
+
+# Celery task names, enqueued through the outbox (toolcalls/tasks.py runs them).
+DISPATCH_TASK = "toolcalls.dispatch"
+RECONCILE_TASK = "toolcalls.reconcile"
+VERIFY_TASK = "toolcalls.verify"
+
+
+def tool_call_ids(call: ToolCall) -> events.Ids:
+    return events.Ids(
+        tool_call_id=call.pk, capability_id=call.capability_id, decision_id=call.decision_id or ""
+    )
+
+
+def tool_call_event(
+    call: ToolCall, event_type: str, payload: dict[str, Any], *, actor: str, producer: str
+) -> Event:
+    """An event about the call that is not a transition (a look-up, a deferral, an edit)."""
+    return events.append(
+        run=call.run,
+        event_type=event_type,
+        payload=payload,
+        producer=producer,
+        actor=actor,
+        ids=tool_call_ids(call),
+    )
+
+
+def tool_call_transition(
+    call: ToolCall, action: str, *, actor: str, producer: str, reason: str = "", **details: Any
+) -> None:
+    """Apply one transition of either machine, log it and save the call. Set the other
+    fields the change needs (errors, lease, result) before calling it."""
+    verification = action in VERIFICATION_EVENTS
+    transitions.apply(
+        call,
+        action,
+        field="verification_status" if verification else "execution_status",
+        event_type=VERIFICATION_EVENTS[action] if verification else EXECUTION_EVENTS[action],
+        run=call.run,
+        actor=actor,
+        producer=producer,
+        ids=tool_call_ids(call),
+        reason=reason,
+        refusal=errors.INVALID_STATE,
+        **details,
+    )
+
+
+def tool_call_lock(tool_call_id: str) -> ToolCall | None:
+    return (
+        ToolCall.objects.select_for_update(of=("self",))
+        .select_related("run", "tenant")
+        .filter(pk=tool_call_id)
+        .first()
+    )
+
+
+def tool_call_lock_for_tenant(tenant: Tenant, tool_call_id: str) -> ToolCall:
+    call = tool_call_lock(tool_call_id)
+    if call is None or call.tenant_id != tenant.pk:
+        raise not_found("tool call", tool_call_id)
+    return call
+
+
+def capability_of(call: ToolCall) -> Capability:
+    capability = capabilities.get(call.capability_id)
+    if capability is None:
+        # A contract removed from code while calls still use it: keep them readable, stop work.
+        raise DomainError(
+            errors.CAPABILITY_UNKNOWN, f"{call.capability_id} is no longer registered."
+        )
+    return capability
+
+
+def timeout_of(capability: Capability) -> float:
+    return settings.TOOLCALL_TIMEOUT_OVERRIDE or capability.timeout
