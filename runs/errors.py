@@ -27,4 +27,25 @@ class DomainError(Exception):
 
 def not_found(what: str, ident: str) -> DomainError:
     # Another tenant's object is reported exactly like a missing one.
-    return DomainError("resource.not_found", f"No {what} {ident!r}.", status=404)
+    return DomainError(RESOURCE_NOT_FOUND, f"No {what} {ident!r}.", status=404)
+
+
+# --- the error names of the base layer (approvals/errors.py and toolcalls/errors.py hold theirs)
+
+RESOURCE_NOT_FOUND = "resource.not_found"  # missing, or another tenant's: the same answer
+TENANT_EXISTS = "tenant.exists"
+USER_EXISTS = "user.exists"
+USER_INVALID_ROLE = "user.invalid_role"
+IDEMPOTENCY_CONFLICT = "idempotency.conflict"  # a key used before with another body
+RUN_CLOSED = "run.closed"  # the run takes no new calls or decisions
+RUN_INVALID_STATE = "run.invalid_state"  # a transition its state does not allow
+RUN_WORK_IN_FLIGHT = "run.work_in_flight"  # finishing while calls are still on their way
+DECISION_NOT_FOUND = "decision.not_found"
+DECISION_KIND_MISMATCH = "decision.kind_mismatch"
+DECISION_ALREADY_SUPERSEDED = "decision.already_superseded"
+# The API's own refusals (config/api.py).
+AUTH_UNAUTHENTICATED = "auth.unauthenticated"
+REQUEST_TOO_LARGE = "request.too_large"
+REQUEST_MALFORMED_JSON = "request.malformed_json"
+REQUEST_REFUSED = "request.refused"
+REQUEST_VALIDATION_FAILED = "request.validation_failed"

@@ -12,7 +12,7 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 
-from runs import events, transitions
+from runs import errors, events, transitions
 from runs.canonical import digest
 from runs.errors import DomainError, not_found
 from runs.event_types import RUN_TRANSITION_EVENTS
@@ -33,7 +33,7 @@ def actor_for_key(api_key: ApiKey) -> str:
 
 def tenant_create(*, slug: str, name: str) -> Tenant:
     if Tenant.objects.filter(slug=slug).exists():
-        raise DomainError("tenant.exists", f"Tenant {slug!r} exists already.")
+        raise DomainError(errors.TENANT_EXISTS, f"Tenant {slug!r} exists already.")
     return Tenant.objects.create(slug=slug, name=name)
 
 
@@ -42,10 +42,10 @@ def user_create(
 ) -> User:
     if role not in User.Role.values:
         raise DomainError(
-            "user.invalid_role", f"Role must be one of {', '.join(User.Role.values)}."
+            errors.USER_INVALID_ROLE, f"Role must be one of {', '.join(User.Role.values)}."
         )
     if User.objects.filter(username=username).exists():
-        raise DomainError("user.exists", f"User {username!r} exists already.")
+        raise DomainError(errors.USER_EXISTS, f"User {username!r} exists already.")
     return User.objects.create_user(
         username=username, password=password, email=email, tenant=tenant, role=role
     )
@@ -143,7 +143,7 @@ def run_start(
 def _same_request(run: Run, request_digest: str) -> Run:
     if run.request_digest != request_digest:
         raise DomainError(
-            "idempotency.conflict",
+            errors.IDEMPOTENCY_CONFLICT,
             f"Idempotency-Key was used for run {run.pk} with a different body; "
             "use a new key for a new run.",
         )
@@ -162,7 +162,7 @@ def run_transition(run: Run, action: str, *, actor: str, reason: str = "", produ
         actor=actor,
         producer=producer,
         reason=reason,
-        refusal="run.invalid_state",
+        refusal=errors.RUN_INVALID_STATE,
     )
     return run
 
@@ -180,26 +180,28 @@ def decision_record(
 ) -> Decision:
     run = _lock_run(tenant=tenant, run_id=run_id)
     if not run.is_open:
-        raise DomainError("run.closed", f"Run {run.pk} is {run.state}; it takes no new decisions.")
+        raise DomainError(
+            errors.RUN_CLOSED, f"Run {run.pk} is {run.state}; it takes no new decisions."
+        )
     version = 1
     supersedes = None
     if supersedes_id:
         supersedes = Decision.objects.filter(run=run, pk=supersedes_id).first()
         if supersedes is None:
             raise DomainError(
-                "decision.not_found",
+                errors.DECISION_NOT_FOUND,
                 f"supersedes names {supersedes_id!r}, which is not a decision of this run.",
                 status=422,
             )
         if supersedes.kind != kind:
             raise DomainError(
-                "decision.kind_mismatch",
+                errors.DECISION_KIND_MISMATCH,
                 f"Decision {supersedes_id} is of kind {supersedes.kind!r}, not {kind!r}.",
                 status=422,
             )
         if Decision.objects.filter(supersedes=supersedes).exists():
             raise DomainError(
-                "decision.already_superseded",
+                errors.DECISION_ALREADY_SUPERSEDED,
                 f"Decision {supersedes_id} is superseded already; supersede its latest version.",
             )
         version = supersedes.version + 1

@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from runs import outbox
 from runs.canonical import digest
-from runs.errors import DomainError, not_found
+from runs.errors import RUN_CLOSED, DomainError, not_found
 from runs.models import Run, Tenant, User
 from runs.services import actor_for_user
 from toolcalls import capabilities, errors, gate, lifecycle
@@ -49,7 +49,7 @@ def tool_call_retry(*, tenant: Tenant, tool_call_id: str, actor: str) -> ToolCal
                 f"{call.execution_status} ({call.last_error_name or 'no error'}).",
             )
         if not call.run.is_open:
-            raise DomainError("run.closed", f"Run {call.run_id} is {call.run.state}.")
+            raise DomainError(RUN_CLOSED, f"Run {call.run_id} is {call.run.state}.")
         call.next_attempt_at = None
         gate.tool_call_authorize(call, actor=actor, producer="api", reason="retry asked; same key")
         return call

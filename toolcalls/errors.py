@@ -32,7 +32,6 @@ BUDGET_EXCEEDED = "flow.budget_exceeded"  # the run used its attempts
 DEADLINE_EXCEEDED = "flow.deadline_exceeded"  # the run passed its deadline
 MAX_STEPS_EXCEEDED = "flow.max_steps_exceeded"  # the run used its tool calls
 CIRCUIT_OPEN = "flow.circuit_open"  # the capability's breaker is open: the call waits
-IDEMPOTENCY_CONFLICT = "idempotency.conflict"  # same intent, other arguments
 CAPABILITY_UNKNOWN = "capability.unknown"  # a call whose contract is no longer registered
 
 # Commands refused in the call's current state.

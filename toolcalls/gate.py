@@ -17,6 +17,7 @@ from django.db import transaction
 from django.db.models.functions import Now
 from django.utils import timezone
 
+from approvals import errors as approval_errors
 from approvals import services as approvals
 from approvals.models import Approval, ApprovalDecision, Policy
 from approvals.policies import Requirement, current_policy, requirement
@@ -104,7 +105,7 @@ def tool_call_admit(call: ToolCall, capability: Capability, actor: str) -> str |
         )
         return "ok" if unchanged else "needs_approval"
     if latest.state != Approval.State.APPROVED:
-        return "approval.not_approved", f"approval {latest.pk} is {latest.state}"
+        return approval_errors.NOT_APPROVED, f"approval {latest.pk} is {latest.state}"
     if needed.approvers > latest.required_approvers:
         approvals.approval_transition(
             latest,
@@ -124,7 +125,7 @@ def tool_call_admit(call: ToolCall, capability: Capability, actor: str) -> str |
         approvals.approval_transition(
             latest, "expire", actor=actor, producer="dispatcher", reason="expired before dispatch"
         )
-        return "approval.expired", f"approval {latest.pk} expired before dispatch"
+        return approval_errors.EXPIRED, f"approval {latest.pk} expired before dispatch"
     approvals.approval_transition(
         latest,
         "invalidate",
@@ -186,7 +187,7 @@ def tool_call_follow_approval(
             )
         elif call.execution_status == E.AWAITING_APPROVAL:
             tool_call_transition(
-                call, "expire", actor=actor, producer=producer, reason="approval.expired"
+                call, "expire", actor=actor, producer=producer, reason=approval_errors.EXPIRED
             )
         if approval.policy.on_expiry == Policy.OnExpiry.HAND_TO_HUMAN:
             lifecycle.run_hand_to_human(

@@ -12,9 +12,10 @@ from django.db import transaction
 
 from approvals.models import Approval
 from approvals.services import approval_transition
-from runs.errors import DomainError, not_found
+from runs.errors import RUN_INVALID_STATE, RUN_WORK_IN_FLIGHT, DomainError, not_found
 from runs.models import Run, Tenant
 from runs.services import run_transition
+from toolcalls import errors
 from toolcalls.models import ToolCall
 from toolcalls.writes import tool_call_transition
 
@@ -67,7 +68,7 @@ def run_resume_by_person(*, tenant: Tenant, run_id: str, actor: str, reason: str
     with transaction.atomic():
         run = run_lock(run_id, tenant=tenant)
         if ToolCall.objects.filter(run=run, execution_status__in=ToolCall.UNKNOWN).exists():
-            raise DomainError("desk.unknowns_left", "Resolve its unknown calls first.")
+            raise DomainError(errors.DESK_UNKNOWNS_LEFT, "Resolve its unknown calls first.")
         return run_transition(
             run, "resume", actor=actor, producer="desk", reason=reason or "resumed from the desk"
         )
@@ -118,12 +119,12 @@ def run_finish(
     unknown), or failed_permanently when the agent says the task cannot be done."""
     run = run_lock(run_id, tenant=tenant)
     if run.state not in (Run.State.ACTIVE, Run.State.WAITING):
-        raise DomainError("run.invalid_state", f"Run {run.pk} is {run.state} already.")
+        raise DomainError(RUN_INVALID_STATE, f"Run {run.pk} is {run.state} already.")
     calls = list(ToolCall.objects.filter(run=run))
     moving = [c for c in calls if c.is_on_its_way]
     if moving:
         raise DomainError(
-            "run.work_in_flight",
+            RUN_WORK_IN_FLIGHT,
             f"{', '.join(c.pk for c in moving)} still on their way: wait for them, or stop "
             "the run (POST /stop) to cancel what is not dispatched.",
             details=[

@@ -8,7 +8,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 
 from runs.canonical import digest
-from runs.errors import DomainError, not_found
+from runs.errors import IDEMPOTENCY_CONFLICT, RUN_CLOSED, DomainError, not_found
 from runs.ids import new_id
 from runs.models import Decision, Run, Tenant, User
 from runs.selectors import run_get
@@ -94,7 +94,7 @@ def _capability(capability_id: str) -> Capability:
 def _same_call(existing: ToolCall, args_digest: str) -> ToolCall:
     if existing.args_digest != args_digest:
         raise DomainError(
-            errors.IDEMPOTENCY_CONFLICT,
+            IDEMPOTENCY_CONFLICT,
             f"Tool call {existing.pk} already has this intent on this object with other "
             "arguments; a new intent needs a new `intent` value.",
         )
@@ -106,7 +106,7 @@ def _lock_open_run(tenant: Tenant, run_id: str) -> Run:
     if run is None:
         raise not_found("run", run_id)
     if not run.is_open:
-        raise DomainError("run.closed", f"Run {run.pk} is {run.state}; it takes no new calls.")
+        raise DomainError(RUN_CLOSED, f"Run {run.pk} is {run.state}; it takes no new calls.")
     run.tenant = tenant  # known already: the policy check reads it without another query
     return run
 

@@ -1,0 +1,63 @@
+"""Error names are stable and dotted, and each lives in one catalogue per app
+(runs/errors.py, approvals/errors.py, toolcalls/errors.py): no code raises a name written out
+in place, where a typo would make a new name nobody documented."""
+
+from __future__ import annotations
+
+import ast
+import re
+
+import pytest
+
+from approvals import errors as approval_errors
+from runs import errors as run_errors
+from tests.helpers import ROOT
+from toolcalls import errors as toolcall_errors
+
+CATALOGUES = [run_errors, approval_errors, toolcall_errors]
+DOTTED = re.compile(r"^[a-z_]+\.[a-z0-9_]+$")
+
+
+def catalogue_names() -> dict[str, str]:
+    names = {}
+    for module in CATALOGUES:
+        for attribute, value in vars(module).items():
+            if attribute.isupper() and isinstance(value, str):
+                names[f"{module.__name__}.{attribute}"] = value
+    return names
+
+
+def test_every_catalogued_name_is_dotted_and_named_once() -> None:
+    names = catalogue_names()
+    assert [value for value in names.values() if not DOTTED.match(value)] == []
+    assert len(set(names.values())) == len(names)
+
+
+def literal_error_names(source: str) -> list[str]:
+    """String literals given as the name of a DomainError or an error response."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Call):
+            continue
+        callee = (
+            node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+        )
+        if callee != "DomainError" or not node.args:
+            continue
+        if isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
+            found.append(node.args[0].value)
+    return found
+
+
+def test_the_scan_finds_a_name_written_in_place() -> None:
+    assert literal_error_names('raise DomainError("run.closd", "typo")') == ["run.closd"]
+
+
+@pytest.mark.parametrize("app", ["runs", "approvals", "toolcalls", "console", "config"])
+def test_no_error_name_is_written_in_place(app: str) -> None:
+    written = {
+        str(path.relative_to(ROOT)): names
+        for path in (ROOT / app).rglob("*.py")
+        if "migrations" not in path.parts and (names := literal_error_names(path.read_text()))
+    }
+    assert written == {}
