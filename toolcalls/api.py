@@ -248,8 +248,6 @@ class StopOut(RunOut):
     in_flight: list[InFlightOut]
 
 
-
-
 @run_router.post("/runs/{run_id}/stop", response={200: StopOut, **ERRORS})
 def stop_run(request: HttpRequest, run_id: str, payload: StopIn | None = None) -> dict[str, Any]:
     """Cancel the run and its calls not yet dispatched; `in_flight` lists the calls whose

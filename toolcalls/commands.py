@@ -51,7 +51,9 @@ def tool_call_retry(*, tenant: Tenant, tool_call_id: str, actor: str) -> ToolCal
         if not call.run.is_open:
             raise DomainError(RUN_CLOSED, f"Run {call.run_id} is {call.run.state}.")
         call.next_attempt_at = None
-        gate.tool_call_authorize(call, actor=actor, producer="api", reason="retry asked; same key")
+        gate.tool_call_authorize(
+            call=call, actor=actor, producer="api", reason="retry asked; same key"
+        )
         return call
 
 
@@ -210,9 +212,9 @@ def desk_mark_confirmed(
         call = _lock_unknown(tenant, tool_call_id)
         actor = actor_for_user(user)
         tool_call_accept(
-            call,
-            capability,
-            body,
+            call=call,
+            capability=capability,
+            body=body,
             source=Receipt.Source.PERSON,
             status=Receipt.Status.CREATED,
             actor=actor,

@@ -114,12 +114,12 @@ def tool_call_claim(*, tool_call_id: str, outbox_id: str | None, worker: str = "
     breaker_closed = _deferred_by_breaker(call, capability, now)
     if breaker_closed is None:
         return None
-    admission = gate.tool_call_admit(call, capability, SYSTEM)
+    admission = gate.tool_call_admit(call=call, capability=capability, actor=SYSTEM)
     if admission == "needs_approval":
         gate.tool_call_hold_for_approval(
-            call,
-            capability,
-            gate.requirement_for(call, capability),
+            call=call,
+            capability=capability,
+            needed=gate.requirement_for(call, capability),
             actor=SYSTEM,
             producer="dispatcher",
             reason="asked again: the arguments, object or policy changed",
@@ -351,9 +351,9 @@ def record_outcome(claim: Claim, outcome: Outcome) -> tuple[ToolCall, str] | Non
     if outcome.kind == "confirmed":
         status = Receipt.Status.ALREADY_EXISTS if outcome.replayed else Receipt.Status.CREATED
         verify_outbox_id = tool_call_accept(
-            call,
-            claim.capability,
-            outcome.body,
+            call=call,
+            capability=claim.capability,
+            body=outcome.body,
             source=Receipt.Source.DISPATCH,
             status=status,
             attempt_id=claim.attempt_id,
@@ -419,7 +419,7 @@ def _record_failure(call: ToolCall, claim: Claim, outcome: Outcome, now: datetim
     delay = backoff(policy, failures, outcome.retry_after)
     call.next_attempt_at = now + timedelta(seconds=delay)
     gate.tool_call_authorize(
-        call,
+        call=call,
         actor=SYSTEM,
         producer="dispatcher",
         reason=f"retry after {outcome.error_name}: nothing was executed",
@@ -430,10 +430,10 @@ def _record_failure(call: ToolCall, claim: Claim, outcome: Outcome, now: datetim
 
 
 def tool_call_accept(
+    *,
     call: ToolCall,
     capability: Capability,
     body: dict[str, Any],
-    *,
     source: str,
     status: str,
     actor: str,
@@ -468,14 +468,7 @@ def tool_call_accept(
         evidence=evidence,
     )
     if capability.completes_on_response:
-        tool_call_transition(call, "complete", actor=actor, producer=producer)
-        if capability.kind == "write":
-            # The object changed: calls computed from its old revision must not run.
-            moved = ObjectRevision.objects.filter(
-                tenant_id=call.tenant_id, ref=call.object_ref
-            ).update(revision=F("revision") + 1)
-            if moved:
-                gate.approvals_invalidate_for_object(call, call.object_ref, actor)
+        _complete(call, capability, actor=actor, producer=producer)
     if capability.verify is None:
         tool_call_transition(
             call,
@@ -488,3 +481,15 @@ def tool_call_accept(
     tool_call_transition(call, "await_verification", actor=actor, producer=producer)
     message = outbox.enqueue(VERIFY_TASK, call.pk, publish_now=not verify_here)
     return message.pk if verify_here else None
+
+
+def _complete(call: ToolCall, capability: Capability, *, actor: str, producer: str) -> None:
+    tool_call_transition(call, "complete", actor=actor, producer=producer)
+    if capability.kind != "write":
+        return
+    # The object changed: calls computed from its old revision must not run.
+    moved = ObjectRevision.objects.filter(tenant_id=call.tenant_id, ref=call.object_ref).update(
+        revision=F("revision") + 1
+    )
+    if moved:
+        gate.approvals_invalidate_for_object(call=call, object_ref=call.object_ref, actor=actor)

@@ -43,7 +43,7 @@ def requirement_for(call: ToolCall, capability: Capability) -> Requirement:
 
 
 def tool_call_authorize(
-    call: ToolCall, *, actor: str, producer: str, reason: str, **details: Any
+    *, call: ToolCall, actor: str, producer: str, reason: str, **details: Any
 ) -> None:
     """Authorized: dispatch it (at `next_attempt_at` when a retry waits)."""
     tool_call_transition(
@@ -56,10 +56,10 @@ def tool_call_authorize(
 
 
 def tool_call_hold_for_approval(
+    *,
     call: ToolCall,
     capability: Capability,
     needed: Requirement,
-    *,
     actor: str,
     producer: str,
     reason: str,
@@ -86,7 +86,7 @@ def tool_call_hold_for_approval(
     return approval
 
 
-def tool_call_admit(call: ToolCall, capability: Capability, actor: str) -> str | tuple[str, str]:
+def tool_call_admit(*, call: ToolCall, capability: Capability, actor: str) -> str | tuple[str, str]:
     """Before a dispatch: "ok", "needs_approval" (ask people again), or (error name, message)
     to fail the call. Consumes an approved approval: once."""
     needed = requirement_for(call, capability)
@@ -136,7 +136,7 @@ def tool_call_admit(call: ToolCall, capability: Capability, actor: str) -> str |
     return "needs_approval"
 
 
-def approvals_invalidate_for_object(call: ToolCall, object_ref: str, actor: str) -> None:
+def approvals_invalidate_for_object(*, call: ToolCall, object_ref: str, actor: str) -> None:
     """A write changed `object_ref`: approvals bound to its older revision no longer describe
     reality. They are invalidated, and their calls with them (the agent proposes again from
     the new revision)."""
@@ -164,7 +164,7 @@ def approvals_invalidate_for_object(call: ToolCall, object_ref: str, actor: str)
 
 
 def tool_call_follow_approval(
-    approval: Approval, call: ToolCall, *, actor: str, producer: str, reason: str = ""
+    *, approval: Approval, call: ToolCall, actor: str, producer: str, reason: str = ""
 ) -> None:
     """The one way an approval's state reaches its tool call (both locked, in a transaction):
     approved → authorized; rejected → rejected; expired → expired (or invalidated when it
@@ -172,7 +172,7 @@ def tool_call_follow_approval(
     (1 of 2 approvers so far): nothing changes."""
     if approval.state == Approval.State.APPROVED:
         tool_call_authorize(
-            call, actor=actor, producer=producer, reason=reason or f"approved ({approval.pk})"
+            call=call, actor=actor, producer=producer, reason=reason or f"approved ({approval.pk})"
         )
     elif approval.state == Approval.State.REJECTED:
         tool_call_transition(call, "reject", actor=actor, producer=producer, reason=reason)
@@ -222,7 +222,9 @@ def tool_call_approve(
         approval=approval, user=user, seen_version=seen_version, seen_summary_hash=seen_summary_hash
     )
     approvals.approval_approve(approval=approval, user=user, reason=reason)
-    tool_call_follow_approval(approval, call, actor=actor_for_user(user), producer="console")
+    tool_call_follow_approval(
+        approval=approval, call=call, actor=actor_for_user(user), producer="console"
+    )
     return approval
 
 
@@ -242,7 +244,7 @@ def tool_call_reject(
     )
     approvals.approval_reject(approval=approval, user=user, reason=reason)
     tool_call_follow_approval(
-        approval, call, actor=actor_for_user(user), producer="console", reason=reason
+        approval=approval, call=call, actor=actor_for_user(user), producer="console", reason=reason
     )
     return approval
 
@@ -298,14 +300,14 @@ def _ask_again_after_edit(
     needed = requirement_for(call, capability)
     if needed.approvers == 0:
         tool_call_authorize(
-            call, actor=actor, producer="console", reason="edited arguments need no approval"
+            call=call, actor=actor, producer="console", reason="edited arguments need no approval"
         )
         lifecycle.run_resume_if_unblocked(run_id=call.run_id, actor=actor, producer="console")
         return approval
     replacement = tool_call_hold_for_approval(
-        call,
-        capability,
-        needed,
+        call=call,
+        capability=capability,
+        needed=needed,
         actor=actor,
         producer="console",
         reason="arguments edited",
@@ -319,7 +321,7 @@ def _ask_again_after_edit(
         diff=diff,
     )
     approvals.approval_approve_if_quorum(approval=replacement, actor=actor)
-    tool_call_follow_approval(replacement, call, actor=actor, producer="console")
+    tool_call_follow_approval(approval=replacement, call=call, actor=actor, producer="console")
     return replacement
 
 
@@ -361,6 +363,6 @@ def approvals_expire_due(*, limit: int = 500) -> int:
             approvals.approval_transition(
                 approval, "expire", actor=actor, producer="beat", reason="deadline passed"
             )
-            tool_call_follow_approval(approval, call, actor=actor, producer="beat")
+            tool_call_follow_approval(approval=approval, call=call, actor=actor, producer="beat")
             expired += 1
     return expired

@@ -74,7 +74,7 @@ def run_resume_by_person(*, tenant: Tenant, run_id: str, actor: str, reason: str
         )
 
 
-def tool_call_cancel(call: ToolCall, *, actor: str, producer: str, reason: str) -> None:
+def tool_call_cancel(*, call: ToolCall, actor: str, producer: str, reason: str) -> None:
     """Cancel a call not yet sent, and the approval that holds it, so nobody is asked to
     approve what can no longer run. The call is locked."""
     for approval in call.approvals.select_for_update().filter(state__in=Approval.OPEN_STATES):
@@ -82,12 +82,12 @@ def tool_call_cancel(call: ToolCall, *, actor: str, producer: str, reason: str) 
     tool_call_transition(call, "cancel", actor=actor, producer=producer, reason=reason)
 
 
-def run_cancel_open_calls(run: Run, *, actor: str, reason: str) -> list[ToolCall]:
+def run_cancel_open_calls(*, run: Run, actor: str, reason: str) -> list[ToolCall]:
     """Cancel what is not yet sent; return the calls still in flight. The run is locked."""
     in_flight = []
     for call in ToolCall.objects.select_for_update().filter(run=run).select_related("run"):
         if call.execution_status in ToolCall.NOT_SENT:
-            tool_call_cancel(call, actor=actor, producer="api", reason=reason)
+            tool_call_cancel(call=call, actor=actor, producer="api", reason=reason)
         elif call.execution_status in ToolCall.IN_FLIGHT:
             in_flight.append(call)
     return in_flight
@@ -99,7 +99,7 @@ def run_stop(*, tenant: Tenant, run_id: str, actor: str, reason: str = "") -> tu
     calls still in flight (their outcome is still recorded when it comes; it does not reopen
     the run)."""
     run = run_lock(run_id, tenant=tenant)
-    in_flight = run_cancel_open_calls(run, actor=actor, reason=reason or "run stopped")
+    in_flight = run_cancel_open_calls(run=run, actor=actor, reason=reason or "run stopped")
     if run.state != Run.State.CANCELLED:
         run_transition(run, "cancel", actor=actor, reason=reason, producer="api")
     return run, in_flight

@@ -249,9 +249,9 @@ def _ask_policy(
     needed = gate.requirement_for(call, capability)
     if needed.approvers:
         gate.tool_call_hold_for_approval(
-            call,
-            capability,
-            needed,
+            call=call,
+            capability=capability,
+            needed=needed,
             actor=actor,
             producer="api",
             reason=f"policy v{needed.policy.version}: {needed.rule_name}",
@@ -259,7 +259,7 @@ def _ask_policy(
         )
     else:
         gate.tool_call_authorize(
-            call,
+            call=call,
             actor=actor,
             producer="api",
             reason=f"policy v{needed.policy.version} asks no approver",

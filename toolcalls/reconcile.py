@@ -98,9 +98,9 @@ def _apply_lookup(
     )
     if found:
         tool_call_accept(
-            call,
-            capability,
-            body,
+            call=call,
+            capability=capability,
+            body=body,
             source=Receipt.Source.LOOKUP,
             status=Receipt.Status.CREATED,
             actor=SYSTEM,
@@ -120,7 +120,7 @@ def _after_a_miss(
     if error_name == errors.NO_LOOKUP and capability.remote_dedupe_window:
         # No look-up, but the system deduplicates our key: sending again cannot double it.
         gate.tool_call_authorize(
-            call,
+            call=call,
             actor=SYSTEM,
             producer="reconciler",
             reason="no look-up; the system deduplicates this idempotency key",
@@ -128,7 +128,7 @@ def _after_a_miss(
         return
     if not error_name and not within_window:
         gate.tool_call_authorize(
-            call,
+            call=call,
             actor=SYSTEM,
             producer="reconciler",
             reason=f"look-up found nothing {elapsed:.1f} s after sending, past the "
@@ -136,14 +136,16 @@ def _after_a_miss(
         )
         return
     if call.lookups >= capability.max_lookups or error_name == errors.NO_LOOKUP:
-        tool_call_hand_to_human(call, f"outcome still unknown after {call.lookups} look-ups")
+        tool_call_hand_to_human(
+            call=call, reason=f"outcome still unknown after {call.lookups} look-ups"
+        )
         return
     wait = capability.consistency_window - elapsed if within_window else 2.0**call.lookups
     call.save(update_fields=["lookups", "updated_at"])
     outbox.enqueue(RECONCILE_TASK, call.pk, countdown=max(wait, 0.5))
 
 
-def tool_call_hand_to_human(call: ToolCall, reason: str, *, actor: str = SYSTEM) -> None:
+def tool_call_hand_to_human(*, call: ToolCall, reason: str, actor: str = SYSTEM) -> None:
     """A person owns the outcome now, and the run waits for them. The call is locked."""
     tool_call_transition(call, "hand_to_human", actor=actor, producer="reconciler", reason=reason)
     lifecycle.run_hand_to_human(

@@ -37,7 +37,9 @@ def unknown_refund(agent: ApiClient, sandbox: Sandbox, amount: int, intent: str)
     dispatch.tool_call_dispatch(tool_call_id=call_id)
     with transaction.atomic():
         call = writes.tool_call_lock(call_id)
-        reconcile.tool_call_hand_to_human(call, "look-ups exhausted", actor="system:reconciler")
+        reconcile.tool_call_hand_to_human(
+            call=call, reason="look-ups exhausted", actor="system:reconciler"
+        )
     return ToolCall.objects.get(pk=call_id)
 
 

@@ -59,7 +59,9 @@ def to_needs_human(call: ToolCall) -> None:
 
     with transaction.atomic():
         locked = writes.tool_call_lock(call.pk)
-        reconcile.tool_call_hand_to_human(locked, "look-ups exhausted", actor="system:test")
+        reconcile.tool_call_hand_to_human(
+            call=locked, reason="look-ups exhausted", actor="system:test"
+        )
 
 
 def command(client: Client, call: ToolCall, action: str, **fields):

@@ -5,6 +5,7 @@ A contract says what a tool call may contain (a JSON Schema, `additionalProperti
 checks it against trusted data at the external system (never against what the agent claims),
 and tells the dispatcher how to send it, look it up, verify it, retry it and undo it.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
