@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httpx
 import pytest
 
-if TYPE_CHECKING:
-    from conftest import Sandbox
+from tests.sandbox_process import Sandbox
 
 REFUND = {"order_id": "order-001", "amount_cents": 1000, "currency": "USD"}
 DISCONNECTED = (httpx.RemoteProtocolError, httpx.ReadError)
@@ -20,7 +19,7 @@ def lookup(sandbox: Sandbox, request_id: str) -> httpx.Response:
 
 
 def test_drop_response_after_commit(sandbox: Sandbox) -> None:
-    sandbox.set_faults(system="payments", drop_response_after_commit=1.0)
+    sandbox.faults(system="payments", drop_response_after_commit=1.0)
     with pytest.raises(DISCONNECTED):
         sandbox.post("payments", "/refunds", REFUND, request_id="lost-answer", key="k1")
     [effect] = sandbox.ledger()
@@ -37,7 +36,7 @@ def test_drop_response_after_commit(sandbox: Sandbox) -> None:
 
 
 def test_drop_request_before_commit(sandbox: Sandbox) -> None:
-    sandbox.set_faults(system="payments", drop_request_before_commit=1.0)
+    sandbox.faults(system="payments", drop_request_before_commit=1.0)
     with pytest.raises(DISCONNECTED):
         sandbox.post("payments", "/refunds", REFUND, request_id="never-arrived")
     assert sandbox.ledger() == []
@@ -46,7 +45,7 @@ def test_drop_request_before_commit(sandbox: Sandbox) -> None:
 
 
 def test_http_429_with_retry_after_applies_times_requests(sandbox: Sandbox) -> None:
-    faults = sandbox.set_faults(system="payments", http_429=1.0, retry_after=2, times=1)
+    faults = sandbox.faults(system="payments", http_429=1.0, retry_after=2, times=1)
     assert faults["payments"]["faults"]["http_429"]["remaining"] == 1
     limited = sandbox.post("payments", "/refunds", REFUND, request_id="r1")
     assert limited.status_code == 429
@@ -61,7 +60,7 @@ def test_http_429_with_retry_after_applies_times_requests(sandbox: Sandbox) -> N
 
 
 def test_http_5xx_commits_nothing_and_spares_reads(sandbox: Sandbox) -> None:
-    sandbox.set_faults(system="*", http_5xx=1.0)
+    sandbox.faults(system="*", http_5xx=1.0)
     failed = sandbox.post("payments", "/refunds", REFUND, request_id="r5")
     assert failed.status_code == 503
     assert failed.json()["error"] == "service_unavailable"
@@ -73,7 +72,7 @@ def test_http_5xx_commits_nothing_and_spares_reads(sandbox: Sandbox) -> None:
 
 
 def test_http_401_fault_rejects_a_valid_token(sandbox: Sandbox) -> None:
-    sandbox.set_faults(system="payments", http_401=1.0, times=1)
+    sandbox.faults(system="payments", http_401=1.0, times=1)
     rejected = sandbox.post("payments", "/refunds", REFUND)
     assert rejected.status_code == 401
     assert rejected.json()["error"] == "auth_failed"
@@ -81,7 +80,7 @@ def test_http_401_fault_rejects_a_valid_token(sandbox: Sandbox) -> None:
 
 
 def test_delay_response_commits_then_holds_the_answer(sandbox: Sandbox) -> None:
-    sandbox.set_faults(system="payments", delay_response=1.0, delay_seconds=3)
+    sandbox.faults(system="payments", delay_response=1.0, delay_seconds=3)
     started = time.monotonic()
     with pytest.raises(httpx.ReadTimeout):
         sandbox.post("payments", "/refunds", REFUND, request_id="slow", timeout=0.5)
@@ -92,7 +91,7 @@ def test_delay_response_commits_then_holds_the_answer(sandbox: Sandbox) -> None:
 
 
 def test_faults_are_per_system(sandbox: Sandbox) -> None:
-    sandbox.set_faults(system="payments", http_5xx=1.0)
+    sandbox.faults(system="payments", http_5xx=1.0)
     body = {"order_id": "order-001", "address_id": "addr-001"}
     assert sandbox.post("carrier", "/waybills", body).status_code == 201
     sandbox.client.delete("/faults", params={"system": "payments"})

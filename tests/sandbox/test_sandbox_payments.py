@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httpx
 
-if TYPE_CHECKING:
-    from conftest import Sandbox
+from tests.sandbox_process import Sandbox
 
 
 def refund(order_id: str = "order-001", amount_cents: int = 1000) -> dict[str, Any]:

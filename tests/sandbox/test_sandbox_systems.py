@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, date, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from conftest import Sandbox
+from tests.sandbox_process import Sandbox
 
 
 def stock(sandbox: Sandbox, warehouse_id: str) -> dict[str, int]:
@@ -239,20 +238,22 @@ def test_carrier_address_validation_and_cancel(sandbox: Sandbox) -> None:
 
 
 def test_lookup_lag(sandbox: Sandbox) -> None:
-    sandbox.set_faults(system="carrier", lookup_lag_seconds=1)
+    sandbox.faults(system="carrier", lookup_lag_seconds=1)
     created = sandbox.post(
         "carrier",
         "/waybills",
         {"order_id": "order-001", "address_id": "addr-001"},
         request_id="lag-1",
     )
+    created_at = time.monotonic()  # the sandbox created it before it answered
     assert created.status_code == 201
     early = sandbox.get("carrier", "/waybills/lookup", {"request_id": "lag-1"})
     assert early.status_code == 404
     assert early.json()["error"] == "not_found"
     # Fetching by id is not subject to the lag; only look-ups are eventually consistent.
     assert sandbox.get("carrier", f"/waybills/{created.json()['waybill_id']}").status_code == 200
-    time.sleep(1.1)
+    # Once older than the lag it is found: a lag shorter than its age stands for time passing.
+    sandbox.faults(system="carrier", lookup_lag_seconds=(time.monotonic() - created_at) / 2)
     late = sandbox.get("carrier", "/waybills/lookup", {"request_id": "lag-1"})
     assert late.status_code == 200
     assert late.json() == created.json()
@@ -276,7 +277,7 @@ def test_restart_keeps_state(sandbox: Sandbox) -> None:
     body = {"order_id": "order-002", "amount_cents": 5000, "currency": "USD"}
     created = sandbox.post("payments", "/refunds", body, request_id="persist", key="pk")
     assert created.status_code == 201
-    sandbox.set_faults(system="payments", http_5xx=1.0)
+    sandbox.faults(system="payments", http_5xx=1.0)
 
     assert sandbox.stop() == 0
     sandbox.start()
@@ -293,7 +294,7 @@ def test_restart_keeps_state(sandbox: Sandbox) -> None:
 def test_reset_reseeds_and_clears(sandbox: Sandbox) -> None:
     body = {"order_id": "order-003", "amount_cents": 100, "currency": "USD"}
     assert sandbox.post("payments", "/refunds", body, key="rk").status_code == 201
-    sandbox.set_faults(system="*", http_5xx=0.5)
+    sandbox.faults(system="*", http_5xx=0.5)
     assert sandbox.client.post("/reset").json() == {"ok": True}
     assert sandbox.ledger() == []
     assert sandbox.order("order-003")["refunded_cents"] == 0
