@@ -1,20 +1,22 @@
-"""Shared people, tenants and API clients. The suite runs on PostgreSQL and Redis (bin/test)."""
+"""The fixtures every test shares: tenants, people, the agent, a run, and the sandbox.
+Helpers that are not fixtures (propose, decide, logged_in …) are in tests/helpers.py.
+The suite runs on PostgreSQL and Redis (bin/test)."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from django.conf import settings
-from django.test import Client
 
-from runs.models import ApiKey, Tenant, User
+from runs import services as run_services
+from runs.models import Run, Tenant, User
 from runs.services import api_key_issue
+from tests.celery_processes import CeleryProcess, flush_broker, process_env
+from tests.helpers import ApiClient, make_user
 from tests.sandbox_process import Sandbox
-
-PASSWORD = "correct-horse-battery"
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -26,26 +28,7 @@ def pytest_configure(config: pytest.Config) -> None:
         )
 
 
-class ApiClient:
-    """The Django test client, speaking JSON with one tenant's API key."""
-
-    def __init__(self, token: str) -> None:
-        self.client = Client()
-        self.token = token
-
-    def _headers(self, headers: dict[str, str] | None) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.token}", **(headers or {})}
-
-    def get(self, path: str, headers: dict[str, str] | None = None) -> Any:
-        return self.client.get(path, headers=self._headers(headers))
-
-    def post(
-        self, path: str, body: Any = None, headers: dict[str, str] | None = None, raw: str = ""
-    ) -> Any:
-        data = raw if raw else json.dumps(body if body is not None else {})
-        return self.client.post(
-            path, data=data, content_type="application/json", headers=self._headers(headers)
-        )
+# --- tenants and people ---------------------------------------------------------------------
 
 
 @pytest.fixture
@@ -58,13 +41,21 @@ def other_tenant(db: None) -> Tenant:
     return Tenant.objects.create(slug="globex", name="Globex")
 
 
-def make_user(username: str, tenant: Tenant, role: str) -> User:
-    return User.objects.create_user(username=username, password=PASSWORD, tenant=tenant, role=role)
+@pytest.fixture
+def owner(tenant: Tenant) -> User:
+    """The person the agent acts for (an approver, who may not approve their own requests)."""
+    return make_user("agent-owner", tenant, User.Role.APPROVER)
 
 
 @pytest.fixture
 def approver(tenant: Tenant) -> User:
     return make_user("alice", tenant, User.Role.APPROVER)
+
+
+@pytest.fixture
+def bob(tenant: Tenant) -> User:
+    """A second approver."""
+    return make_user("bob", tenant, User.Role.APPROVER)
 
 
 @pytest.fixture
@@ -77,19 +68,30 @@ def viewer(tenant: Tenant) -> User:
     return make_user("victor", tenant, User.Role.VIEWER)
 
 
-@pytest.fixture
-def api_key(tenant: Tenant) -> tuple[ApiKey, str]:
-    return api_key_issue(tenant=tenant, name="test agent")
+# --- the agent and its runs -----------------------------------------------------------------
 
 
 @pytest.fixture
-def api(api_key: tuple[ApiKey, str]) -> ApiClient:
-    return ApiClient(api_key[1])
+def agent(owner: User, tenant: Tenant) -> ApiClient:
+    """The agent, with the tenant's API key (`agent.key`), acting for `owner`."""
+    key, token = api_key_issue(tenant=tenant, name="agent", principal=owner)
+    return ApiClient(token, key)
 
 
 @pytest.fixture
-def other_api(other_tenant: Tenant) -> ApiClient:
+def other_agent(other_tenant: Tenant) -> ApiClient:
+    """Another tenant's agent."""
     return ApiClient(api_key_issue(tenant=other_tenant, name="other agent")[1])
+
+
+@pytest.fixture
+def run(tenant: Tenant) -> Run:
+    """A run of the tenant, started through the service (for tests below the API)."""
+    run, _ = run_services.run_start(tenant=tenant, title="refund", actor="test")
+    return run
+
+
+# --- the outside world ----------------------------------------------------------------------
 
 
 @pytest.fixture(scope="session")
@@ -101,9 +103,30 @@ def sandbox_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbo
 
 @pytest.fixture
 def sandbox(sandbox_process: Sandbox, settings: Any) -> Sandbox:
-    """The simulated external systems, freshly seeded, with no faults, wired into settings."""
-    if sandbox_process.process.poll() is not None:
-        sandbox_process.start()  # a test restarted or killed it
+    """The simulated external systems, freshly seeded, with no faults, wired into settings.
+    Calls to it time out after 1 s (its delay faults hold an answer for longer)."""
+    if not sandbox_process.running:
+        sandbox_process.start()  # a test stopped it, or it died
     sandbox_process.reset()
     settings.SANDBOX_URL = sandbox_process.url
+    settings.TOOLCALL_TIMEOUT_OVERRIDE = 1.0
     return sandbox_process
+
+
+@pytest.fixture
+def start_celery(sandbox: Sandbox, tmp_path: Path) -> Iterator[Callable[..., CeleryProcess]]:
+    """Start real Celery processes on the test database, Redis and the sandbox:
+    `start_celery("worker", **environment)` or `start_celery("beat")`. They stop after the
+    test; the broker is emptied before it."""
+    flush_broker()
+    started: list[CeleryProcess] = []
+
+    def start(kind: str = "worker", **env: str) -> CeleryProcess:
+        name = f"{kind}{len(started)}"
+        process = CeleryProcess(kind, name, process_env(sandbox.url, **env), tmp_path)
+        started.append(process.start())
+        return process
+
+    yield start
+    for process in started:
+        process.stop()

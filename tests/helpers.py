@@ -1,18 +1,195 @@
-"""Starting and waiting for real processes in tests."""
+"""What tests share besides their fixtures (tests/conftest.py): the agent's side of the API,
+the service side for tests that drive dispatch step by step, people's browsers, and starting
+and waiting for real processes.
+
+    call = propose(agent, BIG_REFUND)                     # over the API, in a new run: a dict
+    call = propose(agent, REFUND, run_id=run_id, intent="small")
+    call = propose_in(run, WAYBILL, capability="create-waybill-v1")   # the service: a ToolCall
+    decide(logged_in(approver), approval_of(call), "approve")
+"""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import json
 import os
 import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
+import pytest
 import redis
+from django.test import Client
+
+from approvals.models import Approval
+from runs.models import ApiKey, Run, Tenant, User
+from toolcalls import capabilities, dispatch
+from toolcalls.models import ToolCall
+from toolcalls.propose import tool_call_propose
 
 ROOT = Path(__file__).resolve().parent.parent
+PASSWORD = "correct-horse-battery"
+
+# --- arguments the seeded sandbox accepts ---------------------------------------------------
+
+REFUND = {"order_id": "order-002", "amount_cents": 2500, "currency": "USD"}
+# Over $200: the default policy asks one approver (over $1,000: two).
+BIG_REFUND = {
+    "order_id": "order-003",
+    "amount_cents": 25000,
+    "currency": "USD",
+    "reason": "duplicate charge",
+}
+WAYBILL = {"order_id": "order-002", "address_id": "addr-002"}
+
+# --- people ---------------------------------------------------------------------------------
+
+
+def make_user(username: str, tenant: Tenant, role: str) -> User:
+    return User.objects.create_user(username=username, password=PASSWORD, tenant=tenant, role=role)
+
+
+def logged_in(user: User) -> Client:
+    """A browser session of `user` (the Django test client, logged in)."""
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def approval_of(call: dict[str, Any]) -> Approval:
+    """The latest approval of a call the agent proposed."""
+    return Approval.objects.filter(tool_call_id=call["tool_call_id"]).latest("created_at")
+
+
+# Each decision has its own URL: approve, reject, edit (approve with edits).
+def decide(client: Client, approval: Approval, action: str, **fields: Any) -> Any:
+    """Post a decision from the approval page as it was rendered for `approval`."""
+    return client.post(
+        f"/approvals/{approval.pk}/{action}/",
+        {"version": approval.version, "summary_hash": approval.summary_hash, **fields},
+    )
+
+
+# --- the agent's side: the API --------------------------------------------------------------
+
+
+class ApiClient:
+    """The Django test client, speaking JSON with one tenant's API key (`key`, when the
+    test made it)."""
+
+    def __init__(self, token: str, key: ApiKey | None = None) -> None:
+        self.client = Client()
+        self.token = token
+        self.key = key
+
+    def _headers(self, headers: dict[str, str] | None) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}", **(headers or {})}
+
+    def get(self, path: str, headers: dict[str, str] | None = None) -> Any:
+        return self.client.get(path, headers=self._headers(headers))
+
+    def post(
+        self, path: str, body: Any = None, headers: dict[str, str] | None = None, raw: str = ""
+    ) -> Any:
+        data = raw if raw else json.dumps(body if body is not None else {})
+        return self.client.post(
+            path, data=data, content_type="application/json", headers=self._headers(headers)
+        )
+
+
+def start_run(agent: ApiClient, title: str = "refund", **fields: Any) -> str:
+    """The agent starts a run; returns its id."""
+    response = agent.post("/api/v1/runs", {"title": title, **fields})
+    assert response.status_code == 201, response.json()
+    return response.json()["run_id"]
+
+
+def propose(
+    agent: ApiClient,
+    args: dict[str, Any] = REFUND,
+    *,
+    capability: str = "refund-order-v2",
+    intent: str = "intent-1",
+    run_id: str | None = None,
+    status: int = 201,
+    **fields: Any,
+) -> dict[str, Any]:
+    """The agent proposes a call (in a new run unless `run_id` names one); the answer must
+    have `status`. Returns the answer's body: the call, or the error."""
+    response = agent.post(
+        f"/api/v1/runs/{run_id or start_run(agent)}/tool-calls",
+        {"capability": capability, "args": args, "intent": intent, **fields},
+    )
+    assert response.status_code == status, response.json()
+    return response.json()
+
+
+def tool_call_of(answer: dict[str, Any]) -> ToolCall:
+    """The stored call behind the API's answer."""
+    return ToolCall.objects.get(pk=answer["tool_call_id"])
+
+
+# --- the service side, for tests that drive dispatch step by step ---------------------------
+
+
+def propose_in(
+    run: Run,
+    args: dict[str, Any] = REFUND,
+    *,
+    capability: str = "refund-order-v2",
+    intent: str = "intent-1",
+    actor: str = "test",
+    **fields: Any,
+) -> ToolCall:
+    """Propose a call in `run` through the service (`object_revision`, `depends_on`,
+    `decision_id` … as `tool_call_propose` takes them)."""
+    call, _ = tool_call_propose(
+        tenant=run.tenant,
+        run_id=run.pk,
+        capability_id=capability,
+        args=args,
+        intent=intent,
+        actor=actor,
+        **fields,
+    )
+    return call
+
+
+def fresh(call: ToolCall) -> ToolCall:
+    return ToolCall.objects.get(pk=call.pk)
+
+
+def consistency_window(monkeypatch: pytest.MonkeyPatch, capability_id: str, seconds: float):
+    """From now on the look-ups of `capability_id` may lag `seconds` (0: the window has
+    passed), so a test need not sleep through the real window."""
+    capability = capabilities.get(capability_id)
+    monkeypatch.setitem(
+        capabilities.REGISTRY,
+        capability_id,
+        dataclasses.replace(capability, consistency_window=seconds),
+    )
+
+
+def open_the_circuit(run: Run, sandbox: Any, settings: Any, monkeypatch: Any) -> list[ToolCall]:
+    """Four refunds meet a 5xx storm, sent three times each without backoff: the circuit of
+    refund-order-v2 opens (for one second)."""
+    settings.CIRCUIT_OPEN_SECONDS = 1.0
+    monkeypatch.setattr(dispatch, "backoff", lambda policy, failures, retry_after: 0.0)
+    sandbox.faults(system="payments", http_5xx=1.0)
+    calls = [
+        propose_in(run, {**REFUND, "amount_cents": 100 + i}, intent=f"i-{i}") for i in range(4)
+    ]
+    for _ in range(3):
+        for call in calls:
+            dispatch.tool_call_dispatch(tool_call_id=call.pk)
+    return calls
+
+
+# --- real processes -------------------------------------------------------------------------
 
 
 def free_port() -> int:

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from runs.models import Decision, Event, Run
-from tests.conftest import ApiClient
+from tests.helpers import ApiClient
 
 RUN = {"title": "Refund order-001", "correlation_id": "refund-intent-031"}
 
@@ -20,8 +20,8 @@ def nothing_written() -> bool:
     return not (Run.objects.exists() or Event.objects.exists() or Decision.objects.exists())
 
 
-def test_it_starts_a_run(api: ApiClient) -> None:
-    response = api.post("/api/v1/runs", {**RUN, "max_tool_calls": 5, "metadata": {"k": 1}})
+def test_it_starts_a_run(agent: ApiClient) -> None:
+    response = agent.post("/api/v1/runs", {**RUN, "max_tool_calls": 5, "metadata": {"k": 1}})
     assert response.status_code == 201
     body = response.json()
     assert body["run_id"].startswith("run_")
@@ -32,14 +32,14 @@ def test_it_starts_a_run(api: ApiClient) -> None:
     assert list(run.events.values_list("event_type", flat=True)) == ["run.started"]
 
 
-def test_it_defaults_the_correlation_id_to_the_run_id(api: ApiClient) -> None:
-    body = api.post("/api/v1/runs", {"title": "t"}).json()
+def test_it_defaults_the_correlation_id_to_the_run_id(agent: ApiClient) -> None:
+    body = agent.post("/api/v1/runs", {"title": "t"}).json()
     assert body["correlation_id"] == body["run_id"]
 
 
-def test_a_retry_with_the_same_idempotency_key_returns_the_same_run(api: ApiClient) -> None:
-    first = api.post("/api/v1/runs", RUN, headers={"Idempotency-Key": "start-1"})
-    again = api.post("/api/v1/runs", RUN, headers={"Idempotency-Key": "start-1"})
+def test_a_retry_with_the_same_idempotency_key_returns_the_same_run(agent: ApiClient) -> None:
+    first = agent.post("/api/v1/runs", RUN, headers={"Idempotency-Key": "start-1"})
+    again = agent.post("/api/v1/runs", RUN, headers={"Idempotency-Key": "start-1"})
     assert (first.status_code, again.status_code) == (201, 200)
     assert again.json()["run_id"] == first.json()["run_id"]
     assert again.headers["Idempotent-Replayed"] == "true"
@@ -47,9 +47,9 @@ def test_a_retry_with_the_same_idempotency_key_returns_the_same_run(api: ApiClie
     assert Event.objects.count() == 1
 
 
-def test_the_same_idempotency_key_with_another_body_is_a_conflict(api: ApiClient) -> None:
-    api.post("/api/v1/runs", RUN, headers={"Idempotency-Key": "start-1"})
-    response = api.post(
+def test_the_same_idempotency_key_with_another_body_is_a_conflict(agent: ApiClient) -> None:
+    agent.post("/api/v1/runs", RUN, headers={"Idempotency-Key": "start-1"})
+    response = agent.post(
         "/api/v1/runs", {**RUN, "title": "Other"}, headers={"Idempotency-Key": "start-1"}
     )
     assert response.status_code == 409
@@ -57,23 +57,23 @@ def test_the_same_idempotency_key_with_another_body_is_a_conflict(api: ApiClient
     assert Run.objects.count() == 1
 
 
-def test_it_reads_a_run(api: ApiClient) -> None:
-    run_id = api.post("/api/v1/runs", RUN).json()["run_id"]
-    response = api.get(f"/api/v1/runs/{run_id}")
+def test_it_reads_a_run(agent: ApiClient) -> None:
+    run_id = agent.post("/api/v1/runs", RUN).json()["run_id"]
+    response = agent.get(f"/api/v1/runs/{run_id}")
     assert response.status_code == 200
     assert response.json()["title"] == RUN["title"]
 
 
-def test_it_records_decisions_and_versions(api: ApiClient) -> None:
-    run_id = api.post("/api/v1/runs", RUN).json()["run_id"]
-    first = api.post(
+def test_it_records_decisions_and_versions(agent: ApiClient) -> None:
+    run_id = agent.post("/api/v1/runs", RUN).json()["run_id"]
+    first = agent.post(
         f"/api/v1/runs/{run_id}/decisions",
         {"kind": "refund_eligibility", "content": {"eligible": True, "amount_cents": 12000}},
     )
     assert first.status_code == 201
     decision_id = first.json()["decision_id"]
     assert decision_id.startswith("dec_")
-    second = api.post(
+    second = agent.post(
         f"/api/v1/runs/{run_id}/decisions",
         {"kind": "refund_eligibility", "content": {"eligible": False}, "supersedes": decision_id},
     )
@@ -84,12 +84,12 @@ def test_it_records_decisions_and_versions(api: ApiClient) -> None:
     assert event.event_type == "decision.recorded"
 
 
-def test_a_decision_cannot_supersede_one_of_another_kind(api: ApiClient) -> None:
-    run_id = api.post("/api/v1/runs", RUN).json()["run_id"]
-    decision_id = api.post(f"/api/v1/runs/{run_id}/decisions", {"kind": "a", "content": {}}).json()[
-        "decision_id"
-    ]
-    response = api.post(
+def test_a_decision_cannot_supersede_one_of_another_kind(agent: ApiClient) -> None:
+    run_id = agent.post("/api/v1/runs", RUN).json()["run_id"]
+    decision_id = agent.post(
+        f"/api/v1/runs/{run_id}/decisions", {"kind": "a", "content": {}}
+    ).json()["decision_id"]
+    response = agent.post(
         f"/api/v1/runs/{run_id}/decisions",
         {"kind": "b", "content": {}, "supersedes": decision_id},
     )
@@ -98,14 +98,14 @@ def test_a_decision_cannot_supersede_one_of_another_kind(api: ApiClient) -> None
     assert Decision.objects.count() == 1
 
 
-def test_it_stops_a_run_once(api: ApiClient) -> None:
-    run_id = api.post("/api/v1/runs", RUN).json()["run_id"]
-    first = api.post(f"/api/v1/runs/{run_id}/stop", {"reason": "user asked"})
-    again = api.post(f"/api/v1/runs/{run_id}/stop")
+def test_it_stops_a_run_once(agent: ApiClient) -> None:
+    run_id = agent.post("/api/v1/runs", RUN).json()["run_id"]
+    first = agent.post(f"/api/v1/runs/{run_id}/stop", {"reason": "user asked"})
+    again = agent.post(f"/api/v1/runs/{run_id}/stop")
     assert first.status_code == again.status_code == 200
     assert again.json()["state"] == "cancelled"
     assert Event.objects.filter(event_type="run.cancelled").count() == 1
-    closed = api.post(f"/api/v1/runs/{run_id}/decisions", {"kind": "a", "content": {}})
+    closed = agent.post(f"/api/v1/runs/{run_id}/decisions", {"kind": "a", "content": {}})
     assert closed.status_code == 409
     assert error_name(closed) == "run.closed"
 
@@ -121,35 +121,35 @@ def test_it_refuses_a_request_without_a_key(client, db: None) -> None:
 
 
 @pytest.mark.parametrize("token", ["garbage", "key_01ABC.wrong-secret"])
-def test_it_refuses_a_bad_key(api: ApiClient, token: str) -> None:
+def test_it_refuses_a_bad_key(agent: ApiClient, token: str) -> None:
     response = ApiClient(token).post("/api/v1/runs", RUN)
     assert response.status_code == 401
     assert error_name(response) == "auth.unauthenticated"
     assert nothing_written()
 
 
-def test_it_refuses_a_key_with_a_wrong_secret(api: ApiClient, api_key) -> None:
-    response = ApiClient(f"{api_key[0].pk}.not-the-secret").post("/api/v1/runs", RUN)
+def test_it_refuses_a_key_with_a_wrong_secret(agent: ApiClient) -> None:
+    response = ApiClient(f"{agent.key.pk}.not-the-secret").post("/api/v1/runs", RUN)
     assert response.status_code == 401
     assert nothing_written()
 
 
-def test_it_refuses_a_revoked_key(api: ApiClient, api_key) -> None:
+def test_it_refuses_a_revoked_key(agent: ApiClient) -> None:
     from runs.services import api_key_revoke
 
-    api_key_revoke(api_key=api_key[0])
-    response = api.post("/api/v1/runs", RUN)
+    api_key_revoke(api_key=agent.key)
+    response = agent.post("/api/v1/runs", RUN)
     assert response.status_code == 401
     assert nothing_written()
 
 
-def test_another_tenants_run_is_not_found(api: ApiClient, other_api: ApiClient) -> None:
-    run_id = api.post("/api/v1/runs", RUN).json()["run_id"]
+def test_another_tenants_run_is_not_found(agent: ApiClient, other_agent: ApiClient) -> None:
+    run_id = agent.post("/api/v1/runs", RUN).json()["run_id"]
     events_before = Event.objects.count()
     for response in (
-        other_api.get(f"/api/v1/runs/{run_id}"),
-        other_api.post(f"/api/v1/runs/{run_id}/decisions", {"kind": "a", "content": {}}),
-        other_api.post(f"/api/v1/runs/{run_id}/stop"),
+        other_agent.get(f"/api/v1/runs/{run_id}"),
+        other_agent.post(f"/api/v1/runs/{run_id}/decisions", {"kind": "a", "content": {}}),
+        other_agent.post(f"/api/v1/runs/{run_id}/stop"),
     ):
         assert response.status_code == 404
         assert error_name(response) == "resource.not_found"
@@ -157,21 +157,21 @@ def test_another_tenants_run_is_not_found(api: ApiClient, other_api: ApiClient) 
     assert Run.objects.get(pk=run_id).state == "active"
 
 
-def test_a_missing_run_is_not_found(api: ApiClient) -> None:
-    response = api.get("/api/v1/runs/run_nope")
+def test_a_missing_run_is_not_found(agent: ApiClient) -> None:
+    response = agent.get("/api/v1/runs/run_nope")
     assert response.status_code == 404
     assert "run_nope" in response.json()["error"]["message"]
 
 
-def test_it_refuses_malformed_json(api: ApiClient) -> None:
-    response = api.post("/api/v1/runs", raw='{"title": "x",')
+def test_it_refuses_malformed_json(agent: ApiClient) -> None:
+    response = agent.post("/api/v1/runs", raw='{"title": "x",')
     assert response.status_code == 400
     assert error_name(response) == "request.malformed_json"
     assert nothing_written()
 
 
-def test_it_names_each_bad_field_and_rejects_unknown_ones(api: ApiClient) -> None:
-    response = api.post("/api/v1/runs", {"title": "", "max_tool_calls": 0, "surprise": True})
+def test_it_names_each_bad_field_and_rejects_unknown_ones(agent: ApiClient) -> None:
+    response = agent.post("/api/v1/runs", {"title": "", "max_tool_calls": 0, "surprise": True})
     assert response.status_code == 422
     error = response.json()["error"]
     assert error["name"] == "request.validation_failed"
@@ -181,23 +181,23 @@ def test_it_names_each_bad_field_and_rejects_unknown_ones(api: ApiClient) -> Non
     assert nothing_written()
 
 
-def test_it_refuses_a_body_that_is_not_an_object(api: ApiClient) -> None:
-    response = api.post("/api/v1/runs", raw="[1, 2]")
+def test_it_refuses_a_body_that_is_not_an_object(agent: ApiClient) -> None:
+    response = agent.post("/api/v1/runs", raw="[1, 2]")
     assert response.status_code == 422
     assert nothing_written()
 
 
-def test_it_refuses_an_oversized_body(api: ApiClient, settings) -> None:
+def test_it_refuses_an_oversized_body(agent: ApiClient, settings) -> None:
     body = json.dumps({**RUN, "metadata": {"blob": "x" * (settings.DATA_UPLOAD_MAX_MEMORY_SIZE)}})
-    response = api.post("/api/v1/runs", raw=body)
+    response = agent.post("/api/v1/runs", raw=body)
     assert response.status_code == 413
     assert error_name(response) == "request.too_large"
     assert nothing_written()
 
 
-def test_a_bad_decision_writes_nothing(api: ApiClient) -> None:
-    run_id = api.post("/api/v1/runs", RUN).json()["run_id"]
-    response = api.post(f"/api/v1/runs/{run_id}/decisions", {"kind": "a", "content": "no"})
+def test_a_bad_decision_writes_nothing(agent: ApiClient) -> None:
+    run_id = agent.post("/api/v1/runs", RUN).json()["run_id"]
+    response = agent.post(f"/api/v1/runs/{run_id}/decisions", {"kind": "a", "content": "no"})
     assert response.status_code == 422
     assert [d["field"] for d in response.json()["error"]["details"]] == ["content"]
     assert Decision.objects.count() == 0

@@ -16,12 +16,11 @@ from console.audit import AuditQuery, audit_events, audit_query_from
 from runs import events
 from runs import services as run_services
 from runs.models import Decision, Event, Run, Tenant, User
-from tests.approvals.conftest import BIG_REFUND
+from tests.helpers import BIG_REFUND, logged_in, propose_in
 from tests.sandbox_process import Sandbox
 from tests.toolcalls.inline_worker import run_due
 from toolcalls import gate
 from toolcalls.models import ToolCall
-from toolcalls.propose import tool_call_propose
 
 AGENT = "api_key:key_agent0001"
 
@@ -44,15 +43,7 @@ def story(tenant: Tenant, approver: User, sandbox: Sandbox) -> Story:
     decision = run_services.decision_record(
         tenant=tenant, run_id=run.pk, kind="refund_amount", content={"cents": 25000}, actor=AGENT
     )
-    call, _ = tool_call_propose(
-        tenant=tenant,
-        run_id=run.pk,
-        capability_id="refund-order-v2",
-        args=BIG_REFUND,
-        intent="refund-1",
-        actor=AGENT,
-        decision_id=decision.pk,
-    )
+    call = propose_in(run, BIG_REFUND, intent="refund-1", actor=AGENT, decision_id=decision.pk)
     approval = Approval.objects.get(tool_call=call)
     gate.tool_call_approve(
         tenant=tenant,
@@ -80,12 +71,6 @@ def search(tenant: Tenant, **params: str) -> list[Event]:
     query, errors = audit_query_from(params)
     assert errors == {}
     return list(audit_events(tenant=tenant, query=query))
-
-
-def logged_in(user: User) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 def with_causation(run: Run, cause: Event) -> Event:

@@ -8,25 +8,25 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from runs.models import ApiKey, Tenant, User
-from tests.conftest import ApiClient
+from tests.helpers import ApiClient
 
 
-def run(*args: str) -> tuple[str, str]:
+def manage(*args: str) -> tuple[str, str]:
     out, err = StringIO(), StringIO()
     call_command(*args, stdout=out, stderr=err)
     return out.getvalue(), err.getvalue()
 
 
 def test_it_creates_a_tenant_once(db: None) -> None:
-    out, _ = run("create_tenant", "acme", "--name", "Acme Parts")
+    out, _ = manage("create_tenant", "acme", "--name", "Acme Parts")
     assert "Created tenant acme" in out
     assert Tenant.objects.get(slug="acme").name == "Acme Parts"
     with pytest.raises(CommandError, match="exists already"):
-        run("create_tenant", "acme", "--name", "Again")
+        manage("create_tenant", "acme", "--name", "Again")
 
 
 def test_it_creates_a_user_with_a_role(tenant: Tenant) -> None:
-    out, _ = run(
+    out, _ = manage(
         "create_user",
         "alice",
         "--tenant",
@@ -44,11 +44,11 @@ def test_it_creates_a_user_with_a_role(tenant: Tenant) -> None:
 
 def test_it_refuses_an_unknown_tenant(db: None) -> None:
     with pytest.raises(CommandError, match="create it with create_tenant"):
-        run("create_user", "bob", "--tenant", "nope", "--role", "viewer", "--password", "x")
+        manage("create_user", "bob", "--tenant", "nope", "--role", "viewer", "--password", "x")
 
 
 def test_it_prints_a_working_api_key_once_and_stores_its_hash(tenant: Tenant) -> None:
-    token, err = run("create_api_key", "--tenant", "acme", "--name", "refund agent")
+    token, err = manage("create_api_key", "--tenant", "acme", "--name", "refund agent")
     token = token.strip()
     key = ApiKey.objects.get()
     assert "shown only once" in err
@@ -58,7 +58,7 @@ def test_it_prints_a_working_api_key_once_and_stores_its_hash(tenant: Tenant) ->
 
 
 def test_a_key_can_name_the_person_it_acts_for(tenant: Tenant, viewer: User) -> None:
-    run("create_api_key", "--tenant", "acme", "--principal", "victor")
+    manage("create_api_key", "--tenant", "acme", "--principal", "victor")
     assert ApiKey.objects.get().principal == viewer
     with pytest.raises(CommandError, match="No user"):
-        run("create_api_key", "--tenant", "acme", "--principal", "nobody")
+        manage("create_api_key", "--tenant", "acme", "--principal", "nobody")

@@ -7,23 +7,17 @@ from django.test import Client
 
 from runs import services
 from runs.models import Run, Tenant, User
-from tests.conftest import PASSWORD
+from tests.helpers import PASSWORD, logged_in, make_user
 from toolcalls.lifecycle import run_stop
 
 
 @pytest.fixture
-def run(tenant: Tenant) -> Run:
-    run, _ = services.run_start(tenant=tenant, title="Refund order-001", actor="test")
+def run(run: Run, tenant: Tenant) -> Run:
+    """The shared run, with a decision in its timeline."""
     services.decision_record(
         tenant=tenant, run_id=run.pk, kind="refund_eligibility", content={"ok": True}, actor="t"
     )
     return run
-
-
-def logged_in(user: User) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 def test_the_login_page_renders(client: Client) -> None:
@@ -71,9 +65,7 @@ def test_it_shows_a_runs_timeline(viewer: User, run: Run) -> None:
 
 
 def test_another_tenants_run_is_not_found(run: Run, other_tenant: Tenant) -> None:
-    outsider = User.objects.create_user(
-        username="mallory", password=PASSWORD, tenant=other_tenant, role="admin"
-    )
+    outsider = make_user("mallory", other_tenant, User.Role.ADMIN)
     assert logged_in(outsider).get(f"/runs/{run.pk}/").status_code == 404
     assert (
         logged_in(outsider).get(f"/runs/{run.pk}/", headers={"HX-Request": "1"}).status_code == 404

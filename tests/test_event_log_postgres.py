@@ -13,14 +13,9 @@ from runs.models import Event, Run, Tenant
 from toolcalls.lifecycle import run_stop
 
 
-def start_run(tenant: Tenant, title: str = "refund order-001") -> Run:
-    run, _ = services.run_start(tenant=tenant, title=title, actor="test")
-    return run
-
-
 @pytest.fixture
-def logged_run(tenant: Tenant) -> Run:
-    run = start_run(tenant)
+def logged_run(run: Run, tenant: Tenant) -> Run:
+    """A run with a decision, stopped: three events."""
     services.decision_record(
         tenant=tenant, run_id=run.pk, kind="eligibility", content={"ok": True}, actor="test"
     )
@@ -37,19 +32,17 @@ def logged_run(tenant: Tenant) -> Run:
         "TRUNCATE runs_event CASCADE",
     ],
 )
-def test_the_database_refuses_to_rewrite_events(statement: str) -> None:
+def test_the_database_refuses_to_rewrite_events(statement: str, run: Run, tenant: Tenant) -> None:
     # Committed rows, as in production: TRUNCATE in the same transaction as the inserts
     # would fail for another reason (pending foreign-key checks).
-    tenant = Tenant.objects.create(slug="acme", name="Acme")
-    logged_run = start_run(tenant)
-    run_stop(tenant=tenant, run_id=logged_run.pk, actor="test")
+    run_stop(tenant=tenant, run_id=run.pk, actor="test")
     with (
         pytest.raises(DatabaseError, match="append-only"),
         transaction.atomic(),
         connection.cursor() as cursor,
     ):
         cursor.execute(statement)
-    assert Event.objects.filter(run=logged_run).count() == 2
+    assert Event.objects.filter(run=run).count() == 2
 
 
 def tamper(sql: str, params: list[object]) -> None:
@@ -118,9 +111,7 @@ def test_rebuild_projections_wants_verify(db: None) -> None:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_concurrent_appends_get_distinct_sequence_numbers() -> None:
-    tenant = Tenant.objects.create(slug="acme", name="Acme")
-    run = start_run(tenant)
+def test_concurrent_appends_get_distinct_sequence_numbers(run: Run) -> None:
     workers, appends_each = 4, 15
     barrier = threading.Barrier(workers)
     failures: list[BaseException] = []
@@ -154,9 +145,9 @@ def test_concurrent_appends_get_distinct_sequence_numbers() -> None:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_an_append_without_the_lock_fails_cleanly_on_the_unique_sequence() -> None:
-    tenant = Tenant.objects.create(slug="acme", name="Acme")
-    run = start_run(tenant)
+def test_an_append_without_the_lock_fails_cleanly_on_the_unique_sequence(
+    run: Run, tenant: Tenant
+) -> None:
     first = Event.objects.get(run=run)
     duplicate = Event(
         run=run,

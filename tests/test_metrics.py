@@ -11,36 +11,23 @@ from django.utils import timezone
 
 from approvals.models import Approval
 from console import metrics
-from runs import services as run_services
 from runs.models import Event, Run, Tenant, User
-from tests.approvals.conftest import BIG_REFUND
+from tests.helpers import (
+    BIG_REFUND,
+    REFUND,
+    WAYBILL,
+    fresh,
+    logged_in,
+    open_the_circuit,
+    propose_in,
+)
 from tests.sandbox_process import Sandbox
-from tests.toolcalls.calls import fresh, open_the_circuit, propose
 from tests.toolcalls.inline_worker import run_due, run_until
 from toolcalls import dispatch, gate, reconcile, sweeps
 from toolcalls.models import Receipt, ToolCall
 
-REFUND = {"order_id": "order-002", "amount_cents": 2500, "currency": "USD"}
-WAYBILL = {"order_id": "order-002", "address_id": "addr-002"}
 SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)\{(.*)\} (\S+)$")
 LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"(?:,|$)')
-
-
-@pytest.fixture(autouse=True)
-def short_timeouts(settings) -> None:
-    settings.TOOLCALL_TIMEOUT_OVERRIDE = 1.0
-
-
-@pytest.fixture
-def run(tenant: Tenant) -> Run:
-    run, _ = run_services.run_start(tenant=tenant, title="refund", actor="test")
-    return run
-
-
-def logged_in(user: User) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 def parse(text: str) -> dict[tuple[str, frozenset], float]:
@@ -101,7 +88,7 @@ def test_an_admin_scrapes_their_tenants_figures_in_prometheus_text(
 def test_a_completed_call_is_counted_by_both_statuses(
     admin_user: User, run: Run, sandbox: Sandbox
 ) -> None:
-    propose(run)
+    propose_in(run)
     run_due()
     samples = scrape(admin_user)
     assert value(samples, "countersign_tool_calls", state="completed") == 1
@@ -118,7 +105,7 @@ def test_a_lost_answer_is_an_unknown_call_with_its_dwell(
     admin_user: User, tenant: Tenant, run: Run, sandbox: Sandbox
 ) -> None:
     sandbox.faults(system="payments", drop_response_after_commit=1.0, times=1)
-    call = propose(run)
+    call = propose_in(run)
     dispatch.tool_call_dispatch(tool_call_id=call.pk)
     assert fresh(call).execution_status == "result_unknown"
     samples = scrape(admin_user)
@@ -134,7 +121,7 @@ def test_a_lost_answer_is_an_unknown_call_with_its_dwell(
 def test_a_dispatching_call_whose_lease_expired_is_counted(
     admin_user: User, run: Run, sandbox: Sandbox
 ) -> None:
-    call = propose(run)
+    call = propose_in(run)
     dispatch.tool_call_claim(tool_call_id=call.pk, outbox_id=None, worker="paused-worker")
     assert value(scrape(admin_user), "countersign_tool_calls_lease_expired") == 0
     ToolCall.objects.filter(pk=call.pk).update(lease_expires_at=timezone.now() - timedelta(1))
@@ -146,7 +133,7 @@ def test_a_call_and_its_run_handed_to_a_person_are_counted(
 ) -> None:
     # A cancellation has no look-up and no remote deduplication: a lost answer goes to a person.
     sandbox.faults(system="carrier", drop_response_after_commit=1.0, times=1)
-    call = propose(run, "cancel-waybill-v1", {"waybill_id": "wb_seed0001"})
+    call = propose_in(run, {"waybill_id": "wb_seed0001"}, capability="cancel-waybill-v1")
     dispatch.tool_call_dispatch(tool_call_id=call.pk)
     reconcile.tool_call_reconcile(tool_call_id=call.pk)
     assert fresh(call).execution_status == "needs_human"
@@ -162,8 +149,8 @@ def test_a_call_and_its_run_handed_to_a_person_are_counted(
 def test_approval_latency_is_a_histogram_of_decision_times(
     admin_user: User, approver: User, run: Run, sandbox: Sandbox
 ) -> None:
-    quick = propose(run, args=BIG_REFUND, intent="quick")
-    slow = propose(run, args={**BIG_REFUND, "amount_cents": 26000}, intent="slow")
+    quick = propose_in(run, BIG_REFUND, intent="quick")
+    slow = propose_in(run, {**BIG_REFUND, "amount_cents": 26000}, intent="slow")
     quick_approval = Approval.objects.get(tool_call=quick)
     slow_approval = Approval.objects.get(tool_call=slow)
     # The second one waited two minutes for a person.
@@ -202,10 +189,10 @@ def test_attempts_per_call_counts_retries(
     admin_user: User, run: Run, sandbox: Sandbox, monkeypatch
 ) -> None:
     monkeypatch.setattr(dispatch, "backoff", lambda policy, failures, retry_after: 0.0)
-    propose(run, intent="at-once")
+    propose_in(run, intent="at-once")
     run_due()
     sandbox.faults(system="payments", http_429=1.0, retry_after=0, times=2)
-    retried = propose(run, args={**REFUND, "amount_cents": 100}, intent="retried")
+    retried = propose_in(run, {**REFUND, "amount_cents": 100}, intent="retried")
     run_until(lambda: fresh(retried).execution_status == "completed")
     samples = scrape(admin_user)
     bucket = "countersign_tool_call_attempts_bucket"
@@ -230,7 +217,7 @@ def a_stale_worker_sends_late(call: ToolCall) -> None:
 def test_a_second_waybill_from_a_stale_worker_is_a_duplicate_effect(
     admin_user: User, run: Run, sandbox: Sandbox
 ) -> None:
-    call = propose(run, "create-waybill-v1", WAYBILL)
+    call = propose_in(run, WAYBILL, capability="create-waybill-v1")
     a_stale_worker_sends_late(call)
     assert len(sandbox.ledger("carrier")) == 2  # the carrier ignores idempotency keys
     samples = scrape(admin_user)
@@ -241,7 +228,7 @@ def test_a_second_waybill_from_a_stale_worker_is_a_duplicate_effect(
 def test_a_stale_resend_the_system_deduplicated_is_no_duplicate(
     admin_user: User, run: Run, sandbox: Sandbox
 ) -> None:
-    call = propose(run)
+    call = propose_in(run)
     a_stale_worker_sends_late(call)
     assert len(sandbox.effects_for(call.external_request_id)) == 1
     assert value(scrape(admin_user), "countersign_duplicate_effects_total") == 0
@@ -254,7 +241,7 @@ def test_a_resend_answered_as_already_existing_is_a_remote_dedupe_replay(
     sandbox.faults(
         system="payments", drop_response_after_commit=1.0, times=1, lookup_lag_seconds=60
     )
-    call = propose(run)
+    call = propose_in(run)
     run_until(lambda: fresh(call).execution_status == "completed", timeout=30)
     assert fresh(call).receipts.get().status == Receipt.Status.ALREADY_EXISTS
     samples = scrape(admin_user)
@@ -319,7 +306,7 @@ def test_the_dashboard_shows_the_figures_and_polls_for_them(
     admin_user: User, run: Run, sandbox: Sandbox
 ) -> None:
     sandbox.faults(system="payments", drop_response_after_commit=1.0, times=1)
-    dispatch.tool_call_dispatch(tool_call_id=propose(run).pk)
+    dispatch.tool_call_dispatch(tool_call_id=propose_in(run).pk)
     response = logged_in(admin_user).get("/dashboard/")
     assert response.status_code == 200
     assert response.context["figures"].result_unknown == 1

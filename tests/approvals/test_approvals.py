@@ -13,16 +13,20 @@ from django.db import connections
 from approvals import services as approval_services
 from approvals.models import Approval, Policy
 from runs.models import Run, Tenant, User
-from tests.approvals.conftest import BIG_REFUND, browser, decide, propose
-from tests.conftest import ApiClient, make_user
+from tests.helpers import (
+    BIG_REFUND,
+    ApiClient,
+    approval_of,
+    decide,
+    logged_in,
+    make_user,
+    propose,
+    start_run,
+)
 from tests.sandbox_process import Sandbox
 from tests.toolcalls.inline_worker import run_due
 from toolcalls import dispatch, gate
 from toolcalls.models import ToolCall
-
-
-def approval_of(call: dict) -> Approval:
-    return Approval.objects.filter(tool_call_id=call["tool_call_id"]).latest("created_at")
 
 
 def test_a_small_refund_needs_nobody(agent: ApiClient, sandbox: Sandbox) -> None:
@@ -34,7 +38,7 @@ def test_a_small_refund_needs_nobody(agent: ApiClient, sandbox: Sandbox) -> None
 def test_a_refund_over_200_waits_for_one_approver(
     agent: ApiClient, approver: User, sandbox: Sandbox
 ) -> None:
-    call = propose(agent)
+    call = propose(agent, BIG_REFUND)
     assert call["execution_status"] == "awaiting_approval"
     assert call["approval"]["state"] == "pending"
     assert call["approval"]["required_approvers"] == 1
@@ -43,7 +47,7 @@ def test_a_refund_over_200_waits_for_one_approver(
     approval = approval_of(call)
     assert (approval.args_digest, approval.object_ref) == (call["args_digest"], "order:order-003")
     assert approval.policy_version == 1
-    response = decide(browser(approver), approval, "approve")
+    response = decide(logged_in(approver), approval, "approve")
     assert response.status_code == 302
     call = agent.get(f"/api/v1/tool-calls/{call['tool_call_id']}").json()
     assert call["execution_status"] == "authorized"
@@ -62,7 +66,7 @@ def test_two_distinct_approvers_over_1000_and_twice_counts_once(
     call = propose(agent, {**BIG_REFUND, "amount_cents": 120000})
     approval = approval_of(call)
     assert approval.required_approvers == 2
-    alice = browser(approver)
+    alice = logged_in(approver)
     assert decide(alice, approval, "approve").status_code == 302
     approval.refresh_from_db()
     again = decide(alice, approval, "approve")
@@ -70,14 +74,14 @@ def test_two_distinct_approvers_over_1000_and_twice_counts_once(
     assert "different people" in again.content.decode()
     approval.refresh_from_db()
     assert approval.state == "pending"
-    assert decide(browser(bob), approval, "approve").status_code == 302
+    assert decide(logged_in(bob), approval, "approve").status_code == 302
     approval.refresh_from_db()
     assert approval.state == "approved"
 
 
 def test_the_requester_cannot_approve(agent: ApiClient, owner: User, sandbox: Sandbox) -> None:
-    approval = approval_of(propose(agent))
-    response = decide(browser(owner), approval, "approve")
+    approval = approval_of(propose(agent, BIG_REFUND))
+    response = decide(logged_in(owner), approval, "approve")
     assert response.status_code == 403
     assert "someone else must decide" in response.content.decode()
     approval.refresh_from_db()
@@ -85,16 +89,16 @@ def test_the_requester_cannot_approve(agent: ApiClient, owner: User, sandbox: Sa
 
 
 def test_viewers_cannot_decide(agent: ApiClient, viewer: User, sandbox: Sandbox) -> None:
-    approval = approval_of(propose(agent))
-    assert decide(browser(viewer), approval, "approve").status_code == 403
-    assert browser(viewer).get(f"/approvals/{approval.pk}/").status_code == 200
+    approval = approval_of(propose(agent, BIG_REFUND))
+    assert decide(logged_in(viewer), approval, "approve").status_code == 403
+    assert logged_in(viewer).get(f"/approvals/{approval.pk}/").status_code == 200
 
 
 def test_another_tenants_approval_is_not_found(
     agent: ApiClient, other_tenant: Tenant, sandbox: Sandbox
 ) -> None:
-    approval = approval_of(propose(agent))
-    outsider = browser(make_user("mallory", other_tenant, User.Role.ADMIN))
+    approval = approval_of(propose(agent, BIG_REFUND))
+    outsider = logged_in(make_user("mallory", other_tenant, User.Role.ADMIN))
     assert outsider.get(f"/approvals/{approval.pk}/").status_code == 404
     assert decide(outsider, approval, "approve").status_code == 404
     approval.refresh_from_db()
@@ -104,9 +108,9 @@ def test_another_tenants_approval_is_not_found(
 def test_reject_needs_a_reason_and_rejects_the_call(
     agent: ApiClient, approver: User, sandbox: Sandbox
 ) -> None:
-    call = propose(agent)
+    call = propose(agent, BIG_REFUND)
     approval = approval_of(call)
-    alice = browser(approver)
+    alice = logged_in(approver)
     assert decide(alice, approval, "reject", reason="").status_code == 422
     assert decide(alice, approval, "reject", reason="customer already refunded").status_code == 302
     approval.refresh_from_db()
@@ -119,10 +123,10 @@ def test_reject_needs_a_reason_and_rejects_the_call(
 def test_a_stale_page_is_refused_saying_what_changed(
     agent: ApiClient, approver: User, bob: User, sandbox: Sandbox
 ) -> None:
-    approval = approval_of(propose(agent))
+    approval = approval_of(propose(agent, BIG_REFUND))
     seen = Approval.objects.get(pk=approval.pk)  # bob's page, rendered now
-    decide(browser(approver), approval, "approve")
-    response = decide(browser(bob), seen, "approve")
+    decide(logged_in(approver), approval, "approve")
+    response = decide(logged_in(bob), seen, "approve")
     assert response.status_code == 409
     page = response.content.decode()
     assert "already approved by alice" in page
@@ -130,9 +134,9 @@ def test_a_stale_page_is_refused_saying_what_changed(
 
 
 def test_a_changed_summary_hash_is_refused(agent: ApiClient, approver: User, sandbox) -> None:
-    approval = approval_of(propose(agent))
+    approval = approval_of(propose(agent, BIG_REFUND))
     approval.summary_hash = "0" * 64
-    response = decide(browser(approver), approval, "approve")
+    response = decide(logged_in(approver), approval, "approve")
     assert response.status_code == 409
     assert "changed since your page was rendered" in response.content.decode()
 
@@ -140,10 +144,10 @@ def test_a_changed_summary_hash_is_refused(agent: ApiClient, approver: User, san
 def test_approve_with_edits_lowers_the_amount(
     agent: ApiClient, approver: User, sandbox: Sandbox
 ) -> None:
-    call = propose(agent)
+    call = propose(agent, BIG_REFUND)
     approval = approval_of(call)
     response = decide(
-        browser(approver), approval, "edit", edit__amount_cents="15000", reason="half is fair"
+        logged_in(approver), approval, "edit", edit__amount_cents="15000", reason="half is fair"
     )
     assert response.status_code == 302
     tool_call = ToolCall.objects.get(pk=call["tool_call_id"])
@@ -162,21 +166,21 @@ def test_approve_with_edits_lowers_the_amount(
 def test_an_edit_that_raises_the_amount_needs_more_approvers(
     agent: ApiClient, approver: User, bob: User, sandbox: Sandbox
 ) -> None:
-    call = propose(agent)
+    call = propose(agent, BIG_REFUND)
     approval = approval_of(call)
-    decide(browser(approver), approval, "edit", edit__amount_cents="120000")
+    decide(logged_in(approver), approval, "edit", edit__amount_cents="120000")
     replacement = approval_of(call)
     assert replacement.pk != approval.pk
     assert (replacement.required_approvers, replacement.state) == (2, "pending")
     assert replacement.decisions.count() == 1  # the editor's own
-    decide(browser(bob), replacement, "approve")
+    decide(logged_in(bob), replacement, "approve")
     replacement.refresh_from_db()
     assert replacement.state == "approved"
 
 
 def test_an_edit_is_validated_like_a_proposal(agent: ApiClient, approver: User, sandbox) -> None:
-    approval = approval_of(propose(agent))
-    response = decide(browser(approver), approval, "edit", edit__amount_cents="99999999")
+    approval = approval_of(propose(agent, BIG_REFUND))
+    response = decide(logged_in(approver), approval, "edit", edit__amount_cents="99999999")
     assert response.status_code == 422
     assert "amount_cents" in response.content.decode()
     approval.refresh_from_db()
@@ -186,24 +190,16 @@ def test_an_edit_is_validated_like_a_proposal(agent: ApiClient, approver: User, 
 def test_a_change_of_the_object_invalidates_a_pending_approval(
     agent: ApiClient, sandbox: Sandbox
 ) -> None:
-    run_id = agent.post("/api/v1/runs", {"title": "t"}).json()["run_id"]
-    big = agent.post(
-        f"/api/v1/runs/{run_id}/tool-calls",
-        {
-            "capability": "refund-order-v2",
-            "args": BIG_REFUND,
-            "intent": "big",
-            "object": {"ref": "order:order-003", "revision": 1},
-        },
-    ).json()
-    small = agent.post(
-        f"/api/v1/runs/{run_id}/tool-calls",
-        {
-            "capability": "refund-order-v2",
-            "args": {**BIG_REFUND, "amount_cents": 500},
-            "intent": "small",  # a write not computed from a revision (one writer per revision)
-        },
-    ).json()
+    run_id = start_run(agent)
+    big = propose(
+        agent,
+        BIG_REFUND,
+        run_id=run_id,
+        intent="big",
+        object={"ref": "order:order-003", "revision": 1},
+    )
+    # A write not computed from a revision (one writer per revision).
+    small = propose(agent, {**BIG_REFUND, "amount_cents": 500}, run_id=run_id, intent="small")
     run_due()  # the small refund completes: order-003 is at revision 2 now
     assert ToolCall.objects.get(pk=small["tool_call_id"]).execution_status == "completed"
     assert approval_of(big).state == "invalidated"
@@ -211,9 +207,9 @@ def test_a_change_of_the_object_invalidates_a_pending_approval(
 
 
 def test_dispatch_refuses_an_expired_approval(agent: ApiClient, approver: User, sandbox) -> None:
-    call = propose(agent)
+    call = propose(agent, BIG_REFUND)
     approval = approval_of(call)
-    decide(browser(approver), approval, "approve")
+    decide(logged_in(approver), approval, "approve")
     Approval.objects.filter(pk=approval.pk).update(expires_at="2000-01-01T00:00:00Z")
     dispatch.tool_call_dispatch(tool_call_id=call["tool_call_id"])
     tool_call = ToolCall.objects.get(pk=call["tool_call_id"])
@@ -224,9 +220,9 @@ def test_dispatch_refuses_an_expired_approval(agent: ApiClient, approver: User, 
 def test_dispatch_refuses_arguments_the_approval_did_not_see(
     agent: ApiClient, approver: User, sandbox: Sandbox
 ) -> None:
-    call = propose(agent)
+    call = propose(agent, BIG_REFUND)
     approval = approval_of(call)
-    decide(browser(approver), approval, "approve")
+    decide(logged_in(approver), approval, "approve")
     ToolCall.objects.filter(pk=call["tool_call_id"]).update(args_digest="tampered")
     dispatch.tool_call_dispatch(tool_call_id=call["tool_call_id"])
     approval.refresh_from_db()
@@ -237,16 +233,12 @@ def test_dispatch_refuses_arguments_the_approval_did_not_see(
 
 
 @pytest.mark.django_db(transaction=True)
-def test_concurrent_dispatches_consume_an_approval_once(sandbox: Sandbox) -> None:
-    from runs.services import api_key_issue
-
-    tenant = Tenant.objects.create(slug="acme", name="Acme")
-    owner = make_user("agent-owner", tenant, User.Role.VIEWER)
-    alice = make_user("alice", tenant, User.Role.APPROVER)
-    agent = ApiClient(api_key_issue(tenant=tenant, name="a", principal=owner)[1])
-    call = propose(agent)
+def test_concurrent_dispatches_consume_an_approval_once(
+    agent: ApiClient, approver: User, sandbox: Sandbox
+) -> None:
+    call = propose(agent, BIG_REFUND)
     approval = approval_of(call)
-    decide(browser(alice), approval, "approve")
+    decide(logged_in(approver), approval, "approve")
     barrier = threading.Barrier(4)
 
     def dispatch_once() -> None:
@@ -267,7 +259,7 @@ def test_concurrent_dispatches_consume_an_approval_once(sandbox: Sandbox) -> Non
 
 
 def test_expiry_cancels_the_call_and_runs_once(agent: ApiClient, sandbox: Sandbox) -> None:
-    call = propose(agent)
+    call = propose(agent, BIG_REFUND)
     approval = approval_of(call)
     Approval.objects.filter(pk=approval.pk).update(expires_at="2000-01-01T00:00:00Z")
     assert gate.approvals_expire_due() == 1
@@ -286,7 +278,7 @@ def test_expiry_can_hand_the_run_to_a_person(agent: ApiClient, tenant: Tenant, s
         rules=[{"name": "all", "when": "amount_cents > 0", "approvers": 1}],
         on_expiry="hand_to_human",
     )
-    call = propose(agent)
+    call = propose(agent, BIG_REFUND)
     Approval.objects.filter(tool_call_id=call["tool_call_id"]).update(
         expires_at="2000-01-01T00:00:00Z"
     )
@@ -295,12 +287,8 @@ def test_expiry_can_hand_the_run_to_a_person(agent: ApiClient, tenant: Tenant, s
 
 
 @pytest.mark.django_db(transaction=True)
-def test_two_expiry_sweeps_at_once_change_nothing_twice(sandbox: Sandbox) -> None:
-    from runs.services import api_key_issue
-
-    tenant = Tenant.objects.create(slug="acme", name="Acme")
-    agent = ApiClient(api_key_issue(tenant=tenant, name="a")[1])
-    calls = [propose(agent, intent=f"e{i}") for i in range(3)]
+def test_two_expiry_sweeps_at_once_change_nothing_twice(agent: ApiClient, sandbox) -> None:
+    calls = [propose(agent, BIG_REFUND, intent=f"e{i}") for i in range(3)]
     Approval.objects.update(expires_at="2000-01-01T00:00:00Z")
     results: list[int] = []
     barrier = threading.Barrier(2)
@@ -333,7 +321,7 @@ def test_escalation_emails_the_group_once(
         escalate_before_seconds=3600,
         escalation_group="lead@acme.example",
     )
-    propose(agent)
+    propose(agent, BIG_REFUND)
     mail.outbox.clear()
     with django_capture_on_commit_callbacks(execute=True):
         assert approval_services.approvals_escalate_due() == 1
@@ -343,7 +331,7 @@ def test_escalation_emails_the_group_once(
 
 def test_approvers_are_emailed_a_link(agent: ApiClient, approver: User, bob: User, sandbox):
     User.objects.filter(pk__in=[approver.pk, bob.pk]).update(email="x@acme.example")
-    call = propose(agent)
+    call = propose(agent, BIG_REFUND)
     approval = approval_of(call)
     mail.outbox.clear()
     assert approval_services.approval_notify_approvers(approval_id=approval.pk) == 2
@@ -354,8 +342,8 @@ def test_approvers_are_emailed_a_link(agent: ApiClient, approver: User, bob: Use
 
 
 def test_nothing_happens_on_get(agent: ApiClient, approver: User, sandbox: Sandbox) -> None:
-    approval = approval_of(propose(agent))
-    response = browser(approver).get(f"/approvals/{approval.pk}/approve/")
+    approval = approval_of(propose(agent, BIG_REFUND))
+    response = logged_in(approver).get(f"/approvals/{approval.pk}/approve/")
     assert response.status_code == 405
     approval.refresh_from_db()
     assert approval.state == "pending"
@@ -364,12 +352,12 @@ def test_nothing_happens_on_get(agent: ApiClient, approver: User, sandbox: Sandb
 def test_the_inbox_lists_pending_approvals_most_urgent_first(
     agent: ApiClient, approver: User, bob: User, tenant: Tenant, sandbox: Sandbox
 ) -> None:
-    later = approval_of(propose(agent, intent="later"))
+    later = approval_of(propose(agent, BIG_REFUND, intent="later"))
     sooner = approval_of(propose(agent, {**BIG_REFUND, "amount_cents": 120000}, intent="sooner"))
     Approval.objects.filter(pk=sooner.pk).update(expires_at=later.expires_at - timedelta(hours=1))
-    decide(browser(bob), sooner, "approve")
-    page = browser(approver).get("/approvals/").content.decode()
+    decide(logged_in(bob), sooner, "approve")
+    page = logged_in(approver).get("/approvals/").content.decode()
     assert page.index(sooner.pk) < page.index(later.pk)
     assert "1 of 2" in page and "0 of 1" in page
-    partial = browser(approver).get("/approvals/", headers={"HX-Request": "true"})
+    partial = logged_in(approver).get("/approvals/", headers={"HX-Request": "true"})
     assert 'id="nav-approvals-count" hx-swap-oob="true">2<' in partial.content.decode()

@@ -6,15 +6,14 @@ from django.test import Client
 
 from approvals.models import Approval
 from runs.models import User
-from tests.approvals.conftest import propose
-from tests.conftest import PASSWORD, ApiClient
+from tests.helpers import BIG_REFUND, PASSWORD, ApiClient, propose
 from tests.sandbox_process import Sandbox
 
 
 def test_a_decision_without_a_csrf_token_is_refused(
     agent: ApiClient, approver: User, sandbox: Sandbox
 ) -> None:
-    call = propose(agent)
+    call = propose(agent, BIG_REFUND)
     approval = Approval.objects.get(tool_call_id=call["tool_call_id"])
     client = Client(enforce_csrf_checks=True)
     client.force_login(approver)

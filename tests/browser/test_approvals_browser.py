@@ -8,46 +8,20 @@ import pytest
 from playwright.sync_api import Browser, Page, expect
 
 from approvals.models import Approval
-from runs.models import Tenant, User
-from runs.services import api_key_issue
+from runs.models import User
 from tests.browser.conftest import log_in
-from tests.celery_processes import CeleryProcess, flush_broker, process_env
-from tests.conftest import PASSWORD, ApiClient, make_user
-from tests.helpers import wait_for
+from tests.helpers import BIG_REFUND, PASSWORD, ApiClient, propose, wait_for
 from tests.sandbox_process import Sandbox
 from toolcalls import gate
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
-REFUND = {
-    "order_id": "order-003",
-    "amount_cents": 25000,
-    "currency": "USD",
-    "reason": "duplicate charge",
-}
-
 
 @pytest.fixture
-def world(sandbox: Sandbox, tmp_path):
-    flush_broker()
-    worker = CeleryProcess("worker", "browser-worker", process_env(sandbox.url), tmp_path).start()
-    tenant = Tenant.objects.create(slug="acme", name="Acme Parts")
-    owner = make_user("agent-owner", tenant, User.Role.VIEWER)
-    make_user("alice", tenant, User.Role.APPROVER)
-    make_user("bob", tenant, User.Role.APPROVER)
-    agent = ApiClient(api_key_issue(tenant=tenant, name="agent", principal=owner)[1])
-    yield agent
-    worker.stop()
-
-
-def propose(agent: ApiClient, args: dict = REFUND, intent: str = "refund-1") -> dict:
-    run_id = agent.post("/api/v1/runs", {"title": "Refund order-003"}).json()["run_id"]
-    response = agent.post(
-        f"/api/v1/runs/{run_id}/tool-calls",
-        {"capability": "refund-order-v2", "args": args, "intent": intent},
-    )
-    assert response.status_code == 201, response.json()
-    return response.json()
+def world(agent: ApiClient, approver: User, bob: User, start_celery) -> ApiClient:
+    """The agent, alice and bob to decide what it proposes, and a real worker to dispatch it."""
+    start_celery("worker")
+    return agent
 
 
 def second_browser(browser: Browser, base_url: str, username: str) -> Page:
@@ -64,7 +38,7 @@ def test_an_approval_appears_is_approved_and_dispatched_and_stays_true(
     page.goto(f"{live_server.url}/approvals/")
     expect(page.get_by_text("Nothing waits for a decision")).to_be_visible()
 
-    call = propose(world)  # while alice watches the inbox
+    call = propose(world, BIG_REFUND)  # while alice watches the inbox
 
     row = page.get_by_role("link", name=re.compile("Refund 250.00 USD on order order-003"))
     expect(row).to_be_visible(timeout=10_000)
@@ -93,7 +67,7 @@ def test_an_approval_appears_is_approved_and_dispatched_and_stays_true(
 def test_a_rejection_needs_a_reason_and_nothing_is_sent(
     page: Page, live_server, world: ApiClient, sandbox: Sandbox
 ) -> None:
-    call = propose(world)
+    call = propose(world, BIG_REFUND)
     approval = Approval.objects.get(tool_call_id=call["tool_call_id"])
     log_in(page, live_server.url, "alice", PASSWORD)
     page.goto(f"{live_server.url}/approvals/{approval.pk}/")
@@ -111,7 +85,7 @@ def test_a_rejection_needs_a_reason_and_nothing_is_sent(
 def test_approve_with_edits_sends_the_edited_amount(
     page: Page, live_server, world: ApiClient, sandbox: Sandbox
 ) -> None:
-    call = propose(world)
+    call = propose(world, BIG_REFUND)
     approval = Approval.objects.get(tool_call_id=call["tool_call_id"])
     log_in(page, live_server.url, "alice", PASSWORD)
     page.goto(f"{live_server.url}/approvals/{approval.pk}/")
@@ -128,7 +102,7 @@ def test_approve_with_edits_sends_the_edited_amount(
 def test_an_expired_approval_shows_as_expired_and_cannot_be_approved(
     page: Page, live_server, world: ApiClient, sandbox: Sandbox
 ) -> None:
-    call = propose(world)
+    call = propose(world, BIG_REFUND)
     approval = Approval.objects.get(tool_call_id=call["tool_call_id"])
     Approval.objects.filter(pk=approval.pk).update(expires_at="2020-01-01T00:00:00Z")
     gate.approvals_expire_due()

@@ -8,12 +8,10 @@ import pytest
 from django.db import transaction
 from playwright.sync_api import Page, expect
 
-from runs.models import OutboxMessage, Tenant, User
-from runs.services import api_key_issue
+from runs.models import OutboxMessage, User
 from tests.browser.conftest import log_in
-from tests.celery_processes import CeleryProcess, flush_broker, process_env
-from tests.conftest import PASSWORD, ApiClient, make_user
-from tests.helpers import wait_for
+from tests.celery_processes import flush_broker
+from tests.helpers import PASSWORD, REFUND, ApiClient, propose, start_run, wait_for
 from tests.sandbox_process import Sandbox
 from tests.toolcalls.inline_worker import run_due
 from toolcalls import dispatch, reconcile, writes
@@ -24,16 +22,11 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(trans
 
 def unknown_refund(agent: ApiClient, sandbox: Sandbox, amount: int, intent: str) -> ToolCall:
     """A refund the gateway made but whose answer was lost, and whose look-ups ran out."""
-    run_id = agent.post("/api/v1/runs", {"title": f"Refund {intent}"}).json()["run_id"]
+    run_id = start_run(agent, f"Refund {intent}")
     sandbox.faults(system="payments", drop_response_after_commit=1.0, times=1)
-    call_id = agent.post(
-        f"/api/v1/runs/{run_id}/tool-calls",
-        {
-            "capability": "refund-order-v2",
-            "intent": intent,
-            "args": {"order_id": "order-002", "amount_cents": amount, "currency": "USD"},
-        },
-    ).json()["tool_call_id"]
+    call_id = propose(agent, {**REFUND, "amount_cents": amount}, intent=intent, run_id=run_id)[
+        "tool_call_id"
+    ]
     dispatch.tool_call_dispatch(tool_call_id=call_id)
     with transaction.atomic():
         call = writes.tool_call_lock(call_id)
@@ -44,63 +37,50 @@ def unknown_refund(agent: ApiClient, sandbox: Sandbox, amount: int, intent: str)
 
 
 def test_an_admin_resolves_unknowns_and_compensates(
-    page: Page, live_server, sandbox: Sandbox, tmp_path
+    page: Page, live_server, agent: ApiClient, admin_user: User, sandbox: Sandbox, start_celery
 ) -> None:
-    tenant = Tenant.objects.create(slug="acme", name="Acme Parts")
-    make_user("olivia", tenant, User.Role.ADMIN)
-    agent = ApiClient(api_key_issue(tenant=tenant, name="agent")[1])
     by_look_up = unknown_refund(agent, sandbox, 1100, "lost-1")
     by_evidence = unknown_refund(agent, sandbox, 1200, "lost-2")
-    run_id = agent.post("/api/v1/runs", {"title": "Reserve a part"}).json()["run_id"]
-    reserve_id = agent.post(
-        f"/api/v1/runs/{run_id}/tool-calls",
-        {
-            "capability": "reserve-stock-v1",
-            "intent": "reserve",
-            "args": {
-                "warehouse_id": "wh-acme-1",
-                "sku": "PART-100",
-                "quantity": 1,
-                "order_id": "order-002",
-            },
-        },
-    ).json()["tool_call_id"]
+    reserve_id = propose(
+        agent,
+        {"warehouse_id": "wh-acme-1", "sku": "PART-100", "quantity": 1, "order_id": "order-002"},
+        capability="reserve-stock-v1",
+        intent="reserve",
+        run_id=start_run(agent, "Reserve a part"),
+    )["tool_call_id"]
     run_due()  # the reservation completes and is verified in this thread
     # Automation has given up on the two refunds: nothing queued may resolve them by itself.
     OutboxMessage.objects.filter(done_at=None).update(done_at="2000-01-01T00:00:00Z")
     flush_broker()
-    worker = CeleryProcess("worker", "desk-worker", process_env(sandbox.url), tmp_path).start()
-    try:
-        log_in(page, live_server.url, "olivia", PASSWORD)
-        page.goto(f"{live_server.url}/desk/")
-        rows = page.locator("#desk-rows tr")
-        expect(rows).to_have_count(2)
-        expect(rows.first).to_contain_text(by_look_up.pk)  # the longest wait first
+    start_celery("worker")
+    log_in(page, live_server.url, "olivia", PASSWORD)
+    page.goto(f"{live_server.url}/desk/")
+    rows = page.locator("#desk-rows tr")
+    expect(rows).to_have_count(2)
+    expect(rows.first).to_contain_text(by_look_up.pk)  # the longest wait first
 
-        page.get_by_role("link", name="Handoff packet").first.click()
-        expect(page.get_by_role("heading", name="Original request")).to_be_visible()
-        page.get_by_role("button", name="Look up now").click()
-        expect(page.locator("#packet-status")).to_contain_text(
-            re.compile("is Completed"), timeout=20_000
-        )
+    page.get_by_role("link", name="Handoff packet").first.click()
+    expect(page.get_by_role("heading", name="Original request")).to_be_visible()
+    page.get_by_role("button", name="Look up now").click()
+    expect(page.locator("#packet-status")).to_contain_text(
+        re.compile("is Completed"), timeout=20_000
+    )
 
-        page.goto(f"{live_server.url}/desk/{by_evidence.pk}/")
-        refund_id = sandbox.effects_for(by_evidence.external_request_id)[0]["resource_id"]
-        page.get_by_label("External id at payments").fill(refund_id)
-        page.get_by_label("Evidence", exact=True).fill("seen in the gateway's dashboard")
-        page.get_by_role("button", name="Mark confirmed").click()
-        expect(page.get_by_text("Marked confirmed.")).to_be_visible()
-        expect(page.locator("#packet-status")).to_contain_text(refund_id)
+    page.goto(f"{live_server.url}/desk/{by_evidence.pk}/")
+    refund_id = sandbox.effects_for(by_evidence.external_request_id)[0]["resource_id"]
+    page.get_by_label("External id at payments").fill(refund_id)
+    page.get_by_label("Evidence", exact=True).fill("seen in the gateway's dashboard")
+    page.get_by_role("button", name="Mark confirmed").click()
+    expect(page.get_by_text("Marked confirmed.")).to_be_visible()
+    expect(page.locator("#packet-status")).to_contain_text(refund_id)
 
-        page.goto(f"{live_server.url}/desk/")
-        expect(page.get_by_text("Nothing is unknown")).to_be_visible()
+    page.goto(f"{live_server.url}/desk/")
+    expect(page.get_by_text("Nothing is unknown")).to_be_visible()
 
-        page.goto(f"{live_server.url}/desk/{reserve_id}/")
-        page.get_by_role("button", name=re.compile("Compensate")).click()
-        expect(page.get_by_text(re.compile("Compensating with tc_"))).to_be_visible()
-        expect(page.locator("#packet-status")).to_contain_text("Compensated", timeout=20_000)
-    finally:
-        worker.stop()
+    page.goto(f"{live_server.url}/desk/{reserve_id}/")
+    page.get_by_role("button", name=re.compile("Compensate")).click()
+    expect(page.get_by_text(re.compile("Compensating with tc_"))).to_be_visible()
+    expect(page.locator("#packet-status")).to_contain_text("Compensated", timeout=20_000)
 
     wait_for(lambda: len(sandbox.ledger()) == 4, 10, "the ledger")
     operations = sorted((e["operation"], e["request_id"]) for e in sandbox.ledger())

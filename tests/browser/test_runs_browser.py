@@ -6,14 +6,14 @@ from playwright.sync_api import Page, expect
 from runs import services
 from runs.models import Tenant, User
 from tests.browser.conftest import log_in
-from tests.conftest import PASSWORD
+from tests.helpers import PASSWORD
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
-def test_an_approver_logs_in_sees_the_runs_and_opens_one(page: Page, live_server) -> None:
-    tenant = Tenant.objects.create(slug="acme", name="Acme Parts")
-    User.objects.create_user(username="alice", password=PASSWORD, tenant=tenant, role="approver")
+def test_an_approver_logs_in_sees_the_runs_and_opens_one(
+    page: Page, live_server, tenant: Tenant, approver: User
+) -> None:
     run, _ = services.run_start(tenant=tenant, title="Refund order-001", actor="test")
     services.decision_record(
         tenant=tenant, run_id=run.pk, kind="refund_eligibility", content={"ok": True}, actor="t"
@@ -29,10 +29,10 @@ def test_an_approver_logs_in_sees_the_runs_and_opens_one(page: Page, live_server
     expect(page.locator(".banner")).to_contain_text("Active")
 
 
-def test_the_runs_list_shows_a_new_run_without_a_reload(page: Page, live_server) -> None:
-    tenant = Tenant.objects.create(slug="acme", name="Acme Parts")
-    User.objects.create_user(username="alice", password=PASSWORD, tenant=tenant, role="viewer")
-    log_in(page, live_server.url, "alice", PASSWORD)
+def test_the_runs_list_shows_a_new_run_without_a_reload(
+    page: Page, live_server, tenant: Tenant, viewer: User
+) -> None:
+    log_in(page, live_server.url, viewer.username, PASSWORD)
     expect(page.get_by_text("No runs yet")).to_be_visible()
 
     services.run_start(tenant=tenant, title="Arrived while watching", actor="test")

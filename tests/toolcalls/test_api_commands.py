@@ -7,39 +7,28 @@ import threading
 import time
 
 import pytest
+from django.core.management import call_command
 from django.db import connections
-from django.test import Client
 
-from runs.models import Event, OutboxMessage, Tenant, User
-from runs.services import api_key_issue
-from tests.conftest import ApiClient
+from runs.models import Event, OutboxMessage, User
+from tests.helpers import (
+    WAYBILL,
+    ApiClient,
+    consistency_window,
+    logged_in,
+    propose,
+    start_run,
+)
 from tests.sandbox_process import Sandbox
 from tests.toolcalls.inline_worker import run_due
 from toolcalls import dispatch
 from toolcalls.connectors import SANDBOX_TOKENS, endpoint_for
 from toolcalls.models import ToolCall
 
-REFUND = {"order_id": "order-002", "amount_cents": 2500, "currency": "USD"}
-
-
-@pytest.fixture(autouse=True)
-def short_timeouts(settings) -> None:
-    settings.TOOLCALL_TIMEOUT_OVERRIDE = 1.0
-
-
-def propose(api: ApiClient, args: dict = REFUND, intent: str = "i-1") -> dict:
-    run_id = api.post("/api/v1/runs", {"title": "t"}).json()["run_id"]
-    body = {"capability": "refund-order-v2", "args": args, "intent": intent}
-    response = api.post(f"/api/v1/runs/{run_id}/tool-calls", body)
-    assert response.status_code == 201, response.json()
-    return response.json()
-
 
 @pytest.mark.django_db(transaction=True)
-def test_wait_returns_as_soon_as_the_call_changes(sandbox: Sandbox) -> None:
-    tenant = Tenant.objects.create(slug="acme", name="Acme")
-    api = ApiClient(api_key_issue(tenant=tenant, name="a")[1])
-    call = propose(api)
+def test_wait_returns_as_soon_as_the_call_changes(agent: ApiClient, sandbox: Sandbox) -> None:
+    call = propose(agent)
 
     def dispatch_soon() -> None:
         time.sleep(0.5)
@@ -48,53 +37,53 @@ def test_wait_returns_as_soon_as_the_call_changes(sandbox: Sandbox) -> None:
 
     threading.Thread(target=dispatch_soon).start()
     started = time.monotonic()
-    response = api.get(f"/api/v1/tool-calls/{call['tool_call_id']}?wait=20")
+    response = agent.get(f"/api/v1/tool-calls/{call['tool_call_id']}?wait=20")
     elapsed = time.monotonic() - started
     assert response.json()["execution_status"] == "completed"
     assert elapsed < 15  # it answered when the call changed, not at the end of the wait
 
 
-def test_wait_is_bounded(api: ApiClient, sandbox: Sandbox) -> None:
-    call = propose(api)
-    response = api.get(f"/api/v1/tool-calls/{call['tool_call_id']}?wait=31")
+def test_wait_is_bounded(agent: ApiClient, sandbox: Sandbox) -> None:
+    call = propose(agent)
+    response = agent.get(f"/api/v1/tool-calls/{call['tool_call_id']}?wait=31")
     assert response.status_code == 422
 
 
-def test_an_unknown_outcome_is_reconciled_not_retried(api: ApiClient, sandbox: Sandbox) -> None:
+def test_an_unknown_outcome_is_reconciled_not_retried(agent: ApiClient, sandbox: Sandbox) -> None:
     sandbox.faults(system="payments", drop_response_after_commit=1.0, times=1)
-    call_id = propose(api)["tool_call_id"]
+    call_id = propose(agent)["tool_call_id"]
     dispatch.tool_call_dispatch(tool_call_id=call_id)
-    retry = api.post(f"/api/v1/tool-calls/{call_id}/retry")
+    retry = agent.post(f"/api/v1/tool-calls/{call_id}/retry")
     assert retry.status_code == 409
     assert retry.json()["error"]["name"] == "tool_call.outcome_unknown"
-    reconcile = api.post(f"/api/v1/tool-calls/{call_id}/reconcile")
+    reconcile = agent.post(f"/api/v1/tool-calls/{call_id}/reconcile")
     assert reconcile.status_code == 202
     assert OutboxMessage.objects.filter(task="toolcalls.reconcile", args=[call_id]).count() == 2
 
 
-def test_a_settled_call_is_neither_retried_nor_reconciled(api: ApiClient, sandbox: Sandbox):
-    call_id = propose(api)["tool_call_id"]
+def test_a_settled_call_is_neither_retried_nor_reconciled(agent: ApiClient, sandbox: Sandbox):
+    call_id = propose(agent)["tool_call_id"]
     run_due()
     for command, name in (
         ("retry", "tool_call.not_retryable"),
         ("reconcile", "tool_call.not_unknown"),
     ):
-        response = api.post(f"/api/v1/tool-calls/{call_id}/{command}")
+        response = agent.post(f"/api/v1/tool-calls/{call_id}/{command}")
         assert response.status_code == 409
         assert response.json()["error"]["name"] == name
 
 
-def test_a_call_that_failed_without_executing_is_retried(api: ApiClient, sandbox, monkeypatch):
+def test_a_call_that_failed_without_executing_is_retried(agent: ApiClient, sandbox, monkeypatch):
     monkeypatch.setattr(dispatch, "backoff", lambda policy, failures, retry_after: 0.0)
     sandbox.faults(system="payments", http_429=1.0, retry_after=0, times=6)
-    call_id = propose(api)["tool_call_id"]
+    call_id = propose(agent)["tool_call_id"]
     run_due()
     assert ToolCall.objects.get(pk=call_id).execution_status == "failed"
-    response = api.post(f"/api/v1/tool-calls/{call_id}/retry")
+    response = agent.post(f"/api/v1/tool-calls/{call_id}/retry")
     assert response.status_code == 202
     assert response.json()["execution_status"] == "authorized"
     run_due()
-    body = api.get(f"/api/v1/tool-calls/{call_id}").json()
+    body = agent.get(f"/api/v1/tool-calls/{call_id}").json()
     assert (body["execution_status"], body["verification_status"]) == (
         "completed",
         "confirmed_success",
@@ -103,10 +92,32 @@ def test_a_call_that_failed_without_executing_is_retried(api: ApiClient, sandbox
     assert len(sandbox.effects_for(body["external_request_id"])) == 1
 
 
+def test_compensation_twice_has_one_effect(agent: ApiClient, sandbox: Sandbox) -> None:
+    reserve_id = propose(
+        agent,
+        {"warehouse_id": "wh-acme-1", "sku": "PART-100", "quantity": 1, "order_id": "order-002"},
+        capability="reserve-stock-v1",
+    )["tool_call_id"]
+    run_due()
+    assert ToolCall.objects.get(pk=reserve_id).verification_status == "confirmed_success"
+    first = agent.post(f"/api/v1/tool-calls/{reserve_id}/compensate")
+    second = agent.post(f"/api/v1/tool-calls/{reserve_id}/compensate")
+    assert (first.status_code, second.status_code) == (201, 200)
+    assert first.json()["tool_call_id"] == second.json()["tool_call_id"]
+    run_due()
+    release = ToolCall.objects.get(pk=first.json()["tool_call_id"])
+    assert release.verification_status == "confirmed_success"
+    assert ToolCall.objects.get(pk=reserve_id).execution_status == "compensated"
+    operations = [e["operation"] for e in sandbox.ledger("warehouse")]
+    assert operations == ["reservation.create", "reservation.release"]
+    call_command("rebuild_projections", "--verify")
+    call_command("verify_event_chain")
+
+
 def test_expired_credentials_fail_the_call_without_an_effect(
-    api: ApiClient, sandbox: Sandbox, settings
+    agent: ApiClient, sandbox: Sandbox, settings
 ) -> None:
-    call_id = propose(api)["tool_call_id"]
+    call_id = propose(agent)["tool_call_id"]
     settings.COUNTERSIGN_CONNECTORS = {
         "acme": {"payments": {"base_url": f"{sandbox.url}/payments", "token": "expired-key"}}
     }
@@ -127,33 +138,21 @@ def test_configured_connectors_override_the_sandbox(settings) -> None:
 
 
 def test_credentials_appear_nowhere_a_run_leaves_traces(
-    api: ApiClient, sandbox: Sandbox, tenant: Tenant, caplog
+    agent: ApiClient, approver: User, sandbox: Sandbox, caplog, monkeypatch
 ) -> None:
     caplog.set_level(logging.DEBUG)
+    consistency_window(monkeypatch, "refund-order-v2", 0)  # look it up without waiting
     sandbox.faults(system="payments", drop_response_after_commit=1.0, times=1)
-    call = propose(api)
+    call = propose(agent)
+    run_due()  # sent, its answer lost, looked up and found
+    reserve_run = start_run(agent, "ship")
+    propose(agent, WAYBILL, capability="create-waybill-v1", intent="ship-1", run_id=reserve_run)
     run_due()
-    time.sleep(2.1)  # past the consistency window
-    run_due()
-    reserve_run = api.post("/api/v1/runs", {"title": "ship"}).json()["run_id"]
-    api.post(
-        f"/api/v1/runs/{reserve_run}/tool-calls",
-        {
-            "capability": "create-waybill-v1",
-            "intent": "ship-1",
-            "args": {"order_id": "order-002", "address_id": "addr-002"},
-        },
-    )
-    run_due()
-    approver = User.objects.create_user(
-        username="alice", password="x", tenant=tenant, role="approver"
-    )
-    browser = Client()
-    browser.force_login(approver)
+    browser = logged_in(approver)
     traces = [
         caplog.text,
-        api.get(f"/api/v1/tool-calls/{call['tool_call_id']}").content.decode(),
-        api.get("/api/v1/capabilities").content.decode(),
+        agent.get(f"/api/v1/tool-calls/{call['tool_call_id']}").content.decode(),
+        agent.get("/api/v1/capabilities").content.decode(),
         browser.get(f"/runs/{call['run_id']}/").content.decode(),
         browser.get(f"/runs/{reserve_run}/").content.decode(),
         *(str(e.payload) for e in Event.objects.all()),

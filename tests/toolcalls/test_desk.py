@@ -2,37 +2,29 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from django.test import Client
 
 from runs.models import Run, Tenant, User
-from runs.services import api_key_issue, run_start
-from tests.conftest import ApiClient, make_user
+from runs.services import run_start
+from tests.helpers import (
+    REFUND,
+    ApiClient,
+    consistency_window,
+    logged_in,
+    make_user,
+    propose,
+    start_run,
+)
 from tests.sandbox_process import Sandbox
 from tests.toolcalls.inline_worker import run_due
 from toolcalls import dispatch, reconcile, writes
 from toolcalls.models import Receipt, ToolCall
 
-REFUND = {"order_id": "order-002", "amount_cents": 2500, "currency": "USD"}
-
-
-@pytest.fixture(autouse=True)
-def short_timeouts(settings) -> None:
-    settings.TOOLCALL_TIMEOUT_OVERRIDE = 1.0
-
 
 @pytest.fixture
 def admin(admin_user: User) -> Client:
-    client = Client()
-    client.force_login(admin_user)
-    return client
-
-
-@pytest.fixture
-def agent(tenant: Tenant) -> ApiClient:
-    return ApiClient(api_key_issue(tenant=tenant, name="a")[1])
+    return logged_in(admin_user)
 
 
 def unknown_call(
@@ -42,12 +34,9 @@ def unknown_call(
     args: dict = REFUND,
     intent: str = "i-1",
 ) -> ToolCall:
-    run_id = agent.post("/api/v1/runs", {"title": "refund"}).json()["run_id"]
+    """A refund sent once, whose answer was lost (or whose request never arrived)."""
     sandbox.faults(system="payments", times=1, **{fault: 1.0})
-    call_id = agent.post(
-        f"/api/v1/runs/{run_id}/tool-calls",
-        {"capability": "refund-order-v2", "args": args, "intent": intent},
-    ).json()["tool_call_id"]
+    call_id = propose(agent, args, intent=intent)["tool_call_id"]
     dispatch.tool_call_dispatch(tool_call_id=call_id)
     call = ToolCall.objects.get(pk=call_id)
     assert call.execution_status == "result_unknown"
@@ -75,11 +64,10 @@ def test_it_lists_what_automation_could_not_settle(
     older = unknown_call(agent, sandbox, intent="older")
     newer = unknown_call(agent, sandbox, args={**REFUND, "amount_cents": 100}, intent="newer")
     to_needs_human(newer)
-    stuck = agent.post("/api/v1/runs", {"title": "stuck"}).json()["run_id"]
-    stuck_call = agent.post(
-        f"/api/v1/runs/{stuck}/tool-calls",
-        {"capability": "get-order-v1", "args": {"order_id": "order-001"}, "intent": "read"},
-    ).json()["tool_call_id"]
+    stuck = start_run(agent, "stuck")
+    stuck_call = propose(
+        agent, {"order_id": "order-001"}, capability="get-order-v1", intent="read", run_id=stuck
+    )["tool_call_id"]
     dispatch.tool_call_claim(tool_call_id=stuck_call, outbox_id=None, worker="dead-worker")
     ToolCall.objects.filter(pk=stuck_call).update(lease_expires_at="2000-01-01T00:00:00Z")
     page = admin.get("/desk/").content.decode()
@@ -93,12 +81,10 @@ def test_the_desk_is_for_admins_of_the_tenant(
     agent: ApiClient, approver: User, other_tenant: Tenant, sandbox: Sandbox
 ) -> None:
     call = unknown_call(agent, sandbox)
-    client = Client()
-    client.force_login(approver)
+    client = logged_in(approver)
     assert client.get("/desk/").status_code == 403
     assert command(client, call, "abandon", evidence="x").status_code == 403
-    outsider = Client()
-    outsider.force_login(make_user("mallory", other_tenant, User.Role.ADMIN))
+    outsider = logged_in(make_user("mallory", other_tenant, User.Role.ADMIN))
     assert outsider.get(f"/desk/{call.pk}/").status_code == 404
     assert command(outsider, call, "abandon", evidence="x").status_code == 404
     assert ToolCall.objects.get(pk=call.pk).execution_status == "result_unknown"
@@ -167,11 +153,13 @@ def test_it_will_not_mark_as_not_happened_what_happened(admin, agent, sandbox) -
     assert ToolCall.objects.get(pk=call.pk).execution_status == "result_unknown"
 
 
-def test_not_happened_then_retry_with_the_same_key(admin: Client, agent, sandbox) -> None:
+def test_not_happened_then_retry_with_the_same_key(
+    admin: Client, agent, sandbox, monkeypatch
+) -> None:
     call = unknown_call(agent, sandbox, fault="drop_request_before_commit")
     early = command(admin, call, "not_happened", evidence="not in the gateway")
     assert early.status_code == 409  # the look-up may still lag
-    time.sleep(2.1)
+    consistency_window(monkeypatch, "refund-order-v2", 0)  # now it may not
     assert command(admin, call, "not_happened", evidence="not in the gateway").status_code == 302
     call = ToolCall.objects.get(pk=call.pk)
     assert (call.execution_status, call.last_error_name) == ("failed", "tool.did_not_happen")

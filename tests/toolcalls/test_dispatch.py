@@ -13,26 +13,11 @@ from django.core.management import call_command
 from runs import services as run_services
 from runs.errors import DomainError
 from runs.models import OutboxMessage, Run, Tenant
+from tests.helpers import REFUND, WAYBILL, fresh, open_the_circuit, propose_in
 from tests.sandbox_process import Sandbox
-from tests.toolcalls.calls import fresh, open_the_circuit, propose
 from tests.toolcalls.inline_worker import run_due, run_until
 from toolcalls import commands, dispatch, lifecycle, sweeps
 from toolcalls.models import Attempt, CircuitBreaker, ObjectRevision, Receipt, ToolCall
-from toolcalls.propose import tool_call_propose
-
-REFUND = {"order_id": "order-002", "amount_cents": 2500, "currency": "USD"}
-WAYBILL = {"order_id": "order-002", "address_id": "addr-002"}
-
-
-@pytest.fixture(autouse=True)
-def short_timeouts(settings) -> None:
-    settings.TOOLCALL_TIMEOUT_OVERRIDE = 1.0
-
-
-@pytest.fixture
-def run(tenant: Tenant) -> Run:
-    run, _ = run_services.run_start(tenant=tenant, title="refund", actor="test")
-    return run
 
 
 def assert_log_matches_state() -> None:
@@ -41,7 +26,7 @@ def assert_log_matches_state() -> None:
 
 
 def test_a_refund_is_accepted_completed_and_verified(run: Run, sandbox: Sandbox) -> None:
-    call = propose(run)
+    call = propose_in(run)
     run_due()
     call = fresh(call)
     assert (call.execution_status, call.verification_status) == ("completed", "confirmed_success")
@@ -55,7 +40,7 @@ def test_a_refund_is_accepted_completed_and_verified(run: Run, sandbox: Sandbox)
 
 
 def test_a_duplicate_message_does_nothing_twice(run: Run, sandbox: Sandbox) -> None:
-    call = propose(run)
+    call = propose_in(run)
     dispatch.tool_call_dispatch(tool_call_id=call.pk)
     dispatch.tool_call_dispatch(tool_call_id=call.pk)  # the same message delivered again
     assert fresh(call).attempts.count() == 1
@@ -63,8 +48,8 @@ def test_a_duplicate_message_does_nothing_twice(run: Run, sandbox: Sandbox) -> N
 
 
 def test_a_definite_rejection_fails_the_call(run: Run, sandbox: Sandbox) -> None:
-    call = propose(
-        run, "create-waybill-v1", {"order_id": "order-002", "address_id": "addr-bad-001"}
+    call = propose_in(
+        run, {"order_id": "order-002", "address_id": "addr-bad-001"}, capability="create-waybill-v1"
     )
     run_due()
     call = fresh(call)
@@ -76,7 +61,7 @@ def test_a_definite_rejection_fails_the_call(run: Run, sandbox: Sandbox) -> None
 
 def test_a_lost_response_is_unknown_then_found_by_look_up(run: Run, sandbox: Sandbox) -> None:
     sandbox.faults(system="payments", drop_response_after_commit=1.0, times=1)
-    call = propose(run)
+    call = propose_in(run)
     dispatch.tool_call_dispatch(tool_call_id=call.pk)
     call = fresh(call)
     assert call.execution_status == "result_unknown"
@@ -93,7 +78,7 @@ def test_a_request_that_never_arrived_is_sent_again_with_the_same_key(
     run: Run, sandbox: Sandbox
 ) -> None:
     sandbox.faults(system="payments", drop_request_before_commit=1.0, times=1)
-    call = propose(run)
+    call = propose_in(run)
     dispatch.tool_call_dispatch(tool_call_id=call.pk)
     assert fresh(call).execution_status == "result_unknown"
     run_until(lambda: fresh(call).execution_status == "completed")
@@ -107,7 +92,7 @@ def test_a_request_that_never_arrived_is_sent_again_with_the_same_key(
 
 def test_a_timeout_after_commit_is_unknown_and_never_doubled(run: Run, sandbox: Sandbox) -> None:
     sandbox.faults(system="payments", delay_response=1.0, delay_seconds=3, times=1)
-    call = propose(run)
+    call = propose_in(run)
     dispatch.tool_call_dispatch(tool_call_id=call.pk)
     assert fresh(call).last_error_name == "tool.timeout"
     run_until(lambda: fresh(call).execution_status == "completed")
@@ -119,7 +104,7 @@ def test_the_carrier_without_idempotency_gets_one_waybill_despite_look_up_lag(
 ) -> None:
     # The carrier ignores keys and its look-up lags: only look-up-before-retry prevents twins.
     sandbox.faults(system="carrier", drop_response_after_commit=1.0, times=1, lookup_lag_seconds=2)
-    call = propose(run, "create-waybill-v1", WAYBILL)
+    call = propose_in(run, WAYBILL, capability="create-waybill-v1")
     dispatch.tool_call_dispatch(tool_call_id=call.pk)
     assert fresh(call).execution_status == "result_unknown"
     run_until(lambda: fresh(call).execution_status == "completed", timeout=30)
@@ -130,7 +115,7 @@ def test_the_carrier_without_idempotency_gets_one_waybill_despite_look_up_lag(
 
 def test_rate_limits_are_retried_with_backoff_then_succeed(run: Run, sandbox: Sandbox) -> None:
     sandbox.faults(system="payments", http_429=1.0, retry_after=1, times=2)
-    call = propose(run)
+    call = propose_in(run)
     run_until(lambda: fresh(call).execution_status == "completed")
     attempts = list(fresh(call).attempts.order_by("number"))
     assert [a.error_name for a in attempts] == ["tool.rate_limited", "tool.rate_limited", ""]
@@ -142,7 +127,7 @@ def test_retries_give_up_after_the_policy_and_can_be_retried_by_hand(
 ) -> None:
     sandbox.faults(system="payments", http_5xx=1.0)
     monkeypatch.setattr(dispatch, "backoff", lambda policy, failures, retry_after: 0.0)
-    call = propose(run)
+    call = propose_in(run)
     run_until(lambda: fresh(call).execution_status == "failed")
     call = fresh(call)
     assert call.last_error_name == "tool.upstream_5xx"
@@ -171,7 +156,7 @@ def test_a_5xx_storm_opens_the_circuit_and_a_probe_closes_it(
 
 
 def test_a_stale_workers_result_is_refused(run: Run, sandbox: Sandbox, settings) -> None:
-    call = propose(run)
+    call = propose_in(run)
     stale = dispatch.tool_call_claim(tool_call_id=call.pk, outbox_id=None, worker="paused-worker")
     # Its lease runs out while it is paused; the sweeper hands the call to reconciliation,
     # which proves it absent and dispatches it again with a new fencing token.
@@ -190,32 +175,19 @@ def test_a_stale_workers_result_is_refused(run: Run, sandbox: Sandbox, settings)
     assert_log_matches_state()
 
 
-def propose_on_revision(run: Run, args: dict, intent: str, revision: int) -> ToolCall:
-    call, _ = tool_call_propose(
-        tenant=run.tenant,
-        run_id=run.pk,
-        capability_id="refund-order-v2",
-        args=args,
-        intent=intent,
-        actor="t",
-        object_revision=revision,
-    )
-    return call
-
-
 def test_one_writer_per_object_revision(run: Run, sandbox: Sandbox) -> None:
-    first = propose_on_revision(run, REFUND, "a", 1)
+    first = propose_in(run, REFUND, intent="a", object_revision=1)
     with pytest.raises(DomainError, match=first.pk) as refused:
-        propose_on_revision(run, {**REFUND, "amount_cents": 100}, "b", 1)
+        propose_in(run, {**REFUND, "amount_cents": 100}, intent="b", object_revision=1)
     assert refused.value.name == "precondition.conflict"
     dispatch.tool_call_dispatch(tool_call_id=first.pk)  # completes: order-002 moves to revision 2
     with pytest.raises(DomainError, match="at revision 2"):
-        propose_on_revision(run, {**REFUND, "amount_cents": 100}, "c", 1)
-    assert propose_on_revision(run, {**REFUND, "amount_cents": 100}, "d", 2)
+        propose_in(run, {**REFUND, "amount_cents": 100}, intent="c", object_revision=1)
+    assert propose_in(run, {**REFUND, "amount_cents": 100}, intent="d", object_revision=2)
 
 
 def test_a_precondition_change_stops_the_call(run: Run, sandbox: Sandbox) -> None:
-    call = propose_on_revision(run, REFUND, "a", 1)
+    call = propose_in(run, REFUND, intent="a", object_revision=1)
     # The order changes before the call is sent (another system's write).
     ObjectRevision.objects.filter(ref="order:order-002").update(revision=2)
     dispatch.tool_call_dispatch(tool_call_id=call.pk)
@@ -226,19 +198,14 @@ def test_a_precondition_change_stops_the_call(run: Run, sandbox: Sandbox) -> Non
 
 
 def test_a_call_waits_for_its_dependencies(run: Run, sandbox: Sandbox) -> None:
-    warranty = propose(run, "check-warranty-v1", {"order_id": "order-002"}, "warranty")
-    reserve, _ = tool_call_propose(
-        tenant=run.tenant,
-        run_id=run.pk,
-        capability_id="reserve-stock-v1",
-        args={
-            "warehouse_id": "wh-acme-1",
-            "sku": "PART-100",
-            "quantity": 1,
-            "order_id": "order-002",
-        },
+    warranty = propose_in(
+        run, {"order_id": "order-002"}, capability="check-warranty-v1", intent="warranty"
+    )
+    reserve = propose_in(
+        run,
+        {"warehouse_id": "wh-acme-1", "sku": "PART-100", "quantity": 1, "order_id": "order-002"},
+        capability="reserve-stock-v1",
         intent="reserve",
-        actor="t",
         depends_on=[warranty.pk],
     )
     dispatch.tool_call_dispatch(tool_call_id=reserve.pk)
@@ -250,21 +217,22 @@ def test_a_call_waits_for_its_dependencies(run: Run, sandbox: Sandbox) -> None:
 
 
 def test_a_failed_dependency_cancels_the_call(run: Run, sandbox: Sandbox) -> None:
-    waybill = propose(
-        run, "create-waybill-v1", {"order_id": "order-002", "address_id": "addr-bad-001"}, "ship"
+    waybill = propose_in(
+        run,
+        {"order_id": "order-002", "address_id": "addr-bad-001"},
+        capability="create-waybill-v1",
+        intent="ship",
     )
-    email, _ = tool_call_propose(
-        tenant=run.tenant,
-        run_id=run.pk,
-        capability_id="send-email-v1",
-        args={
+    email = propose_in(
+        run,
+        {
             "order_id": "order-002",
             "to": "customer-002@example.com",
             "subject": "Shipped",
             "body": "On its way.",
         },
+        capability="send-email-v1",
         intent="notify",
-        actor="t",
         depends_on=[waybill.pk],
     )
     # Its message arrives too early: it waits, and the message is used up.
@@ -281,15 +249,13 @@ def test_a_failed_dependency_cancels_the_call(run: Run, sandbox: Sandbox) -> Non
 
 def test_dependencies_must_be_calls_of_the_same_run(run: Run, tenant, sandbox) -> None:
     other, _ = run_services.run_start(tenant=tenant, title="other", actor="t")
-    foreign = propose(other, "get-order-v1", {"order_id": "order-002"}, "read")
+    foreign = propose_in(other, {"order_id": "order-002"}, capability="get-order-v1", intent="read")
     with pytest.raises(DomainError) as refused:
-        tool_call_propose(
-            tenant=run.tenant,
-            run_id=run.pk,
-            capability_id="get-order-v1",
-            args={"order_id": "order-001"},
+        propose_in(
+            run,
+            {"order_id": "order-001"},
+            capability="get-order-v1",
             intent="x",
-            actor="t",
             depends_on=[foreign.pk],
         )
     assert refused.value.details[0]["field"] == "depends_on"
@@ -298,7 +264,7 @@ def test_dependencies_must_be_calls_of_the_same_run(run: Run, tenant, sandbox) -
 def test_the_runs_attempt_budget_stops_dispatch(tenant: Tenant, sandbox: Sandbox) -> None:
     run, _ = run_services.run_start(tenant=tenant, title="t", actor="t", max_attempts=1)
     sandbox.faults(system="payments", http_429=1.0, retry_after=0, times=1)
-    call = propose(run)
+    call = propose_in(run)
     dispatch.tool_call_dispatch(tool_call_id=call.pk)  # attempt 1: 429, rescheduled
     ToolCall.objects.filter(pk=call.pk).update(next_attempt_at=None)
     dispatch.tool_call_dispatch(tool_call_id=call.pk)
@@ -309,10 +275,10 @@ def test_the_runs_attempt_budget_stops_dispatch(tenant: Tenant, sandbox: Sandbox
 
 
 def test_compensation_runs_once_and_only_for_a_confirmed_call(run: Run, sandbox: Sandbox):
-    reserve = propose(
+    reserve = propose_in(
         run,
-        "reserve-stock-v1",
         {"warehouse_id": "wh-acme-1", "sku": "PART-100", "quantity": 2, "order_id": "order-002"},
+        capability="reserve-stock-v1",
     )
     with pytest.raises(DomainError, match=r"compensation\.not_confirmed"):
         commands.tool_call_compensate(tenant=run.tenant, tool_call_id=reserve.pk, actor="t")
@@ -335,7 +301,7 @@ def test_compensation_runs_once_and_only_for_a_confirmed_call(run: Run, sandbox:
 
 
 def test_a_cancelled_runs_late_result_does_not_revive_it(run: Run, sandbox: Sandbox) -> None:
-    call = propose(run)
+    call = propose_in(run)
     claim = dispatch.tool_call_claim(tool_call_id=call.pk, outbox_id=None, worker="w")
     _, in_flight = lifecycle.run_stop(tenant=run.tenant, run_id=run.pk, actor="t")
     assert [c.pk for c in in_flight] == [call.pk]

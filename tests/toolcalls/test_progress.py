@@ -4,12 +4,8 @@ from __future__ import annotations
 
 import itertools
 
-import pytest
-from django.test import Client
-
 from runs.models import Run, Tenant, User
-from runs.services import api_key_issue
-from tests.conftest import ApiClient, make_user
+from tests.helpers import ApiClient, logged_in, make_user, propose, start_run
 from tests.sandbox_process import Sandbox
 from tests.toolcalls.inline_worker import run_due
 from toolcalls import dispatch
@@ -18,39 +14,13 @@ SMALL = {"order_id": "order-002", "amount_cents": 1000, "currency": "USD"}
 BIG = {"order_id": "order-003", "amount_cents": 25000, "currency": "USD"}
 
 
-@pytest.fixture(autouse=True)
-def short_timeouts(settings) -> None:
-    settings.TOOLCALL_TIMEOUT_OVERRIDE = 1.0
-
-
-@pytest.fixture
-def agent(tenant: Tenant) -> ApiClient:
-    owner = make_user("agent-owner", tenant, User.Role.VIEWER)
-    return ApiClient(api_key_issue(tenant=tenant, name="a", principal=owner)[1])
-
-
-def start(agent: ApiClient) -> str:
-    return agent.post("/api/v1/runs", {"title": "refunds", "max_tool_calls": 5}).json()["run_id"]
-
-
-def propose(
-    agent: ApiClient, run_id: str, args: dict, intent: str, capability: str = "refund-order-v2"
-) -> dict:
-    response = agent.post(
-        f"/api/v1/runs/{run_id}/tool-calls",
-        {"capability": capability, "args": args, "intent": intent},
-    )
-    assert response.status_code == 201, response.json()
-    return response.json()
-
-
 def test_the_contract_lists_verified_and_open_items_and_the_next_step(
     agent: ApiClient, approver: User, sandbox: Sandbox
 ) -> None:
-    run_id = start(agent)
-    small = propose(agent, run_id, SMALL, "small")
+    run_id = start_run(agent, "refunds", max_tool_calls=5)
+    small = propose(agent, SMALL, run_id=run_id, intent="small")
     run_due()
-    big = propose(agent, run_id, BIG, "big")
+    big = propose(agent, BIG, run_id=run_id, intent="big")
     contract = agent.get(f"/api/v1/runs/{run_id}/progress").json()
     assert [i["tool_call_id"] for i in contract["verified"]] == [small["tool_call_id"]]
     assert [(i["tool_call_id"], i["kind"]) for i in contract["open"]] == [
@@ -61,18 +31,16 @@ def test_the_contract_lists_verified_and_open_items_and_the_next_step(
     assert contract["next_safe_step"].startswith(f"Wait for approval {approval_id}")
     assert contract["budgets"]["tool_calls"] == {"used": 2, "max": 5, "left": 3}
     assert contract["budgets"]["attempts"] == {"used": 1, "max": 200, "left": 199}
-    browser = Client()
-    browser.force_login(approver)
-    page = browser.get(f"/runs/{run_id}/").content.decode()
+    page = logged_in(approver).get(f"/runs/{run_id}/").content.decode()
     assert contract["next_safe_step"] in page
     assert "Verified (1)" in page and "Open (1)" in page
     assert "2 used of 5, 3 left" in page
 
 
 def test_an_unknown_outcome_says_do_not_send_again(agent: ApiClient, sandbox: Sandbox) -> None:
-    run_id = start(agent)
+    run_id = start_run(agent, "refunds", max_tool_calls=5)
     sandbox.faults(system="payments", drop_response_after_commit=1.0, times=1)
-    call = propose(agent, run_id, SMALL, "small")
+    call = propose(agent, SMALL, run_id=run_id, intent="small")
     dispatch.tool_call_dispatch(tool_call_id=call["tool_call_id"])
     contract = agent.get(f"/api/v1/runs/{run_id}/progress").json()
     assert contract["open"][0]["kind"] == "result_unknown"
@@ -80,8 +48,8 @@ def test_an_unknown_outcome_says_do_not_send_again(agent: ApiClient, sandbox: Sa
 
 
 def test_a_run_of_verified_calls_completes(agent: ApiClient, sandbox: Sandbox) -> None:
-    run_id = start(agent)
-    propose(agent, run_id, SMALL, "small")
+    run_id = start_run(agent, "refunds", max_tool_calls=5)
+    propose(agent, SMALL, run_id=run_id, intent="small")
     run_due()
     assert "finish the run" in agent.get(f"/api/v1/runs/{run_id}/progress").json()["next_safe_step"]
     response = agent.post(f"/api/v1/runs/{run_id}/complete")
@@ -90,13 +58,13 @@ def test_a_run_of_verified_calls_completes(agent: ApiClient, sandbox: Sandbox) -
 
 
 def test_a_run_with_a_failed_call_completes_with_degradation(agent, sandbox) -> None:
-    run_id = start(agent)
-    propose(agent, run_id, SMALL, "small")
+    run_id = start_run(agent, "refunds", max_tool_calls=5)
+    propose(agent, SMALL, run_id=run_id, intent="small")
     propose(
         agent,
-        run_id,
         {"order_id": "order-002", "address_id": "addr-bad-001"},
-        "ship",
+        run_id=run_id,
+        intent="ship",
         capability="create-waybill-v1",
     )
     run_due()
@@ -105,17 +73,17 @@ def test_a_run_with_a_failed_call_completes_with_degradation(agent, sandbox) -> 
 
 
 def test_a_run_with_an_unknown_outcome_ends_needing_a_human(agent, sandbox) -> None:
-    run_id = start(agent)
+    run_id = start_run(agent, "refunds", max_tool_calls=5)
     sandbox.faults(system="payments", drop_response_after_commit=1.0, times=1)
-    call = propose(agent, run_id, SMALL, "small")
+    call = propose(agent, SMALL, run_id=run_id, intent="small")
     dispatch.tool_call_dispatch(tool_call_id=call["tool_call_id"])
     response = agent.post(f"/api/v1/runs/{run_id}/complete")
     assert response.json()["state"] == "needs_human"
 
 
 def test_a_run_with_work_in_flight_cannot_finish(agent: ApiClient, sandbox: Sandbox) -> None:
-    run_id = start(agent)
-    call = propose(agent, run_id, BIG, "big")
+    run_id = start_run(agent, "refunds", max_tool_calls=5)
+    call = propose(agent, BIG, run_id=run_id, intent="big")
     response = agent.post(f"/api/v1/runs/{run_id}/complete")
     assert response.status_code == 409
     assert response.json()["error"]["name"] == "run.work_in_flight"
@@ -124,7 +92,7 @@ def test_a_run_with_work_in_flight_cannot_finish(agent: ApiClient, sandbox: Sand
 
 
 def test_the_agent_may_declare_permanent_failure(agent: ApiClient, sandbox: Sandbox) -> None:
-    run_id = start(agent)
+    run_id = start_run(agent, "refunds", max_tool_calls=5)
     response = agent.post(
         f"/api/v1/runs/{run_id}/complete",
         {"failed_permanently": True, "reason": "order was fraudulent"},
@@ -134,8 +102,8 @@ def test_the_agent_may_declare_permanent_failure(agent: ApiClient, sandbox: Sand
 
 
 def test_tool_call_events_name_their_cause(agent: ApiClient, sandbox: Sandbox) -> None:
-    run_id = start(agent)
-    call = propose(agent, run_id, SMALL, "small")
+    run_id = start_run(agent, "refunds", max_tool_calls=5)
+    call = propose(agent, SMALL, run_id=run_id, intent="small")
     run_due()
     events = list(Run.objects.get(pk=run_id).events.filter(tool_call_id=call["tool_call_id"]))
     assert events[0].causation_id == ""
@@ -144,15 +112,14 @@ def test_tool_call_events_name_their_cause(agent: ApiClient, sandbox: Sandbox) -
 
 
 def test_another_tenant_cannot_read_or_finish_a_run(
-    agent: ApiClient, other_api: ApiClient, other_tenant: Tenant, sandbox: Sandbox
+    agent: ApiClient, other_agent: ApiClient, other_tenant: Tenant, sandbox: Sandbox
 ) -> None:
-    run_id = start(agent)
+    run_id = start_run(agent, "refunds", max_tool_calls=5)
     for response in (
-        other_api.get(f"/api/v1/runs/{run_id}/progress"),
-        other_api.post(f"/api/v1/runs/{run_id}/complete"),
+        other_agent.get(f"/api/v1/runs/{run_id}/progress"),
+        other_agent.post(f"/api/v1/runs/{run_id}/complete"),
     ):
         assert response.status_code == 404
-    outsider = Client()
-    outsider.force_login(make_user("mallory", other_tenant, User.Role.ADMIN))
+    outsider = logged_in(make_user("mallory", other_tenant, User.Role.ADMIN))
     assert outsider.post(f"/desk/runs/{run_id}/resume/").status_code == 404
     assert Run.objects.get(pk=run_id).state == "active"

@@ -6,7 +6,7 @@ import jsonschema
 import pytest
 
 from runs.models import Event, OutboxMessage
-from tests.conftest import ApiClient
+from tests.helpers import ApiClient, propose, start_run
 from toolcalls import capabilities
 from toolcalls.capabilities import TrustedData
 from toolcalls.models import ToolCall
@@ -15,17 +15,12 @@ REFUND = {"order_id": "order-001", "amount_cents": 1500, "currency": "USD", "rea
 
 
 @pytest.fixture
-def run_id(api: ApiClient) -> str:
-    return api.post("/api/v1/runs", {"title": "Refund order-001"}).json()["run_id"]
+def run_id(agent: ApiClient) -> str:
+    return start_run(agent, "Refund order-001")
 
 
-def propose(api: ApiClient, run_id: str, args: dict, intent: str = "intent-031", **extra):
-    body = {"capability": "refund-order-v2", "args": args, "intent": intent, **extra}
-    return api.post(f"/api/v1/runs/{run_id}/tool-calls", body)
-
-
-def test_it_lists_every_capability_with_a_strict_schema(api: ApiClient, sandbox) -> None:
-    listed = {c["id"]: c for c in api.get("/api/v1/capabilities").json()}
+def test_it_lists_every_capability_with_a_strict_schema(agent: ApiClient, sandbox) -> None:
+    listed = {c["id"]: c for c in agent.get("/api/v1/capabilities").json()}
     assert set(listed) >= {
         "get-order-v1",
         "check-warranty-v1",
@@ -52,19 +47,19 @@ def test_each_example_is_valid_against_the_seeded_sandbox(capability_id: str, sa
     assert capability.business_check(TrustedData("acme"), example) == []
 
 
-def test_it_proposes_and_authorizes_a_call(api: ApiClient, run_id: str, sandbox) -> None:
-    decision_id = api.post(
+def test_it_proposes_and_authorizes_a_call(agent: ApiClient, run_id: str, sandbox) -> None:
+    decision_id = agent.post(
         f"/api/v1/runs/{run_id}/decisions", {"kind": "refund_eligibility", "content": {}}
     ).json()["decision_id"]
-    response = propose(
-        api,
-        run_id,
+    body = propose(
+        agent,
         REFUND,
+        run_id=run_id,
+        intent="intent-031",
         decision_id=decision_id,
         object={"ref": "order:order-001", "revision": 1},
+        status=201,
     )
-    assert response.status_code == 201, response.json()
-    body = response.json()
     assert body["tool_call_id"].startswith("tc_")
     assert body["idempotency_key"] == "acme:order:order-001:refund:intent-031"
     assert body["execution_status"] == "authorized"
@@ -82,35 +77,32 @@ def test_it_proposes_and_authorizes_a_call(api: ApiClient, run_id: str, sandbox)
     )
 
 
-def test_the_same_intent_and_args_return_the_same_call(api: ApiClient, run_id: str, sandbox):
-    first = propose(api, run_id, REFUND)
-    again = propose(api, run_id, dict(reversed(list(REFUND.items()))))
-    assert (first.status_code, again.status_code) == (201, 200)
-    assert again.json()["tool_call_id"] == first.json()["tool_call_id"]
+def test_the_same_intent_and_args_return_the_same_call(agent: ApiClient, run_id: str, sandbox):
+    first = propose(agent, REFUND, run_id=run_id, status=201)
+    again = propose(agent, dict(reversed(list(REFUND.items()))), run_id=run_id, status=200)
+    assert again["tool_call_id"] == first["tool_call_id"]
     assert ToolCall.objects.count() == 1
 
 
 def test_the_same_intent_in_a_new_run_is_still_the_same_operation(
-    api: ApiClient, run_id: str, sandbox
+    agent: ApiClient, run_id: str, sandbox
 ) -> None:
-    first = propose(api, run_id, REFUND)
-    other_run = api.post("/api/v1/runs", {"title": "agent restarted"}).json()["run_id"]
-    again = propose(api, other_run, REFUND)
-    assert again.status_code == 200
-    assert again.json()["tool_call_id"] == first.json()["tool_call_id"]
+    first = propose(agent, REFUND, run_id=run_id)
+    other_run = start_run(agent, "agent restarted")
+    again = propose(agent, REFUND, run_id=other_run, status=200)
+    assert again["tool_call_id"] == first["tool_call_id"]
 
 
-def test_the_same_intent_with_other_args_is_a_conflict(api: ApiClient, run_id: str, sandbox):
-    propose(api, run_id, REFUND)
-    response = propose(api, run_id, {**REFUND, "amount_cents": 1600})
-    assert response.status_code == 409
-    assert response.json()["error"]["name"] == "idempotency.conflict"
+def test_the_same_intent_with_other_args_is_a_conflict(agent: ApiClient, run_id: str, sandbox):
+    propose(agent, REFUND, run_id=run_id)
+    refused = propose(agent, {**REFUND, "amount_cents": 1600}, run_id=run_id, status=409)
+    assert refused["error"]["name"] == "idempotency.conflict"
     assert ToolCall.objects.count() == 1
 
 
-def test_another_intent_is_another_operation(api: ApiClient, run_id: str, sandbox) -> None:
-    propose(api, run_id, REFUND, intent="intent-031")
-    assert propose(api, run_id, REFUND, intent="intent-032").status_code == 201
+def test_another_intent_is_another_operation(agent: ApiClient, run_id: str, sandbox) -> None:
+    propose(agent, REFUND, run_id=run_id, intent="intent-031")
+    propose(agent, REFUND, run_id=run_id, intent="intent-032", status=201)
     assert ToolCall.objects.count() == 2
 
 
@@ -126,67 +118,68 @@ def test_another_intent_is_another_operation(api: ApiClient, run_id: str, sandbo
     ],
 )
 def test_it_refuses_bad_args_naming_each_field(
-    api: ApiClient, run_id: str, sandbox, args: dict, fields: set
+    agent: ApiClient, run_id: str, sandbox, args: dict, fields: set
 ) -> None:
     events_before = Event.objects.count()
-    response = propose(api, run_id, args)
-    assert response.status_code == 422, response.json()
-    error = response.json()["error"]
+    error = propose(agent, args, run_id=run_id, status=422)["error"]
     assert error["name"] == "tool.validation_failed"
     assert {d["field"] for d in error["details"]} == fields
     assert ToolCall.objects.count() == 0
     assert Event.objects.count() == events_before
 
 
-def test_it_refuses_an_unknown_capability(api: ApiClient, run_id: str, sandbox) -> None:
+def test_it_refuses_an_unknown_capability(agent: ApiClient, run_id: str, sandbox) -> None:
     body = {"capability": "launch-rockets-v1", "args": {}, "intent": "i"}
-    response = api.post(f"/api/v1/runs/{run_id}/tool-calls", body)
+    response = agent.post(f"/api/v1/runs/{run_id}/tool-calls", body)
     assert response.status_code == 422
     assert response.json()["error"]["details"][0]["field"] == "capability"
 
 
-def test_it_refuses_an_object_the_args_do_not_act_on(api: ApiClient, run_id: str, sandbox):
-    response = propose(api, run_id, REFUND, object={"ref": "order:order-002"})
-    assert response.status_code == 422
-    assert response.json()["error"]["details"][0]["field"] == "object.ref"
+def test_it_refuses_an_object_the_args_do_not_act_on(agent: ApiClient, run_id: str, sandbox):
+    refused = propose(agent, REFUND, run_id=run_id, object={"ref": "order:order-002"}, status=422)
+    assert refused["error"]["details"][0]["field"] == "object.ref"
 
 
-def test_it_refuses_a_stale_object_revision(api: ApiClient, run_id: str, sandbox) -> None:
-    propose(api, run_id, REFUND, object={"ref": "order:order-001", "revision": 3})
-    response = propose(
-        api, run_id, REFUND, intent="intent-040", object={"ref": "order:order-001", "revision": 2}
+def test_it_refuses_a_stale_object_revision(agent: ApiClient, run_id: str, sandbox) -> None:
+    propose(agent, REFUND, run_id=run_id, object={"ref": "order:order-001", "revision": 3})
+    refused = propose(
+        agent,
+        REFUND,
+        run_id=run_id,
+        intent="intent-040",
+        object={"ref": "order:order-001", "revision": 2},
+        status=409,
     )
-    assert response.status_code == 409
-    assert response.json()["error"]["name"] == "precondition.conflict"
+    assert refused["error"]["name"] == "precondition.conflict"
 
 
-def test_it_stops_at_the_runs_tool_call_budget(api: ApiClient, sandbox) -> None:
-    run_id = api.post("/api/v1/runs", {"title": "t", "max_tool_calls": 1}).json()["run_id"]
-    assert propose(api, run_id, REFUND, intent="a").status_code == 201
-    response = propose(api, run_id, REFUND, intent="b")
-    assert response.status_code == 409
-    assert response.json()["error"]["name"] == "flow.max_steps_exceeded"
+def test_it_stops_at_the_runs_tool_call_budget(agent: ApiClient, sandbox) -> None:
+    run_id = start_run(agent, "t", max_tool_calls=1)
+    propose(agent, REFUND, run_id=run_id, intent="a", status=201)
+    refused = propose(agent, REFUND, run_id=run_id, intent="b", status=409)
+    assert refused["error"]["name"] == "flow.max_steps_exceeded"
 
 
 def test_another_tenant_cannot_see_or_command_a_call(
-    api: ApiClient, other_api: ApiClient, run_id: str, sandbox
+    agent: ApiClient, other_agent: ApiClient, run_id: str, sandbox
 ) -> None:
-    call_id = propose(api, run_id, REFUND).json()["tool_call_id"]
-    assert propose(other_api, run_id, REFUND).status_code == 404
+    call_id = propose(agent, REFUND, run_id=run_id)["tool_call_id"]
+    propose(other_agent, REFUND, run_id=run_id, status=404)
     for response in (
-        other_api.get(f"/api/v1/tool-calls/{call_id}"),
-        other_api.post(f"/api/v1/tool-calls/{call_id}/retry"),
-        other_api.post(f"/api/v1/tool-calls/{call_id}/reconcile"),
-        other_api.post(f"/api/v1/tool-calls/{call_id}/compensate"),
+        other_agent.get(f"/api/v1/tool-calls/{call_id}"),
+        other_agent.post(f"/api/v1/tool-calls/{call_id}/retry"),
+        other_agent.post(f"/api/v1/tool-calls/{call_id}/reconcile"),
+        other_agent.post(f"/api/v1/tool-calls/{call_id}/compensate"),
     ):
         assert response.status_code == 404
         assert response.json()["error"]["name"] == "resource.not_found"
 
 
-def test_a_stopped_run_cancels_its_undispatched_calls(api: ApiClient, run_id: str, sandbox):
-    call_id = propose(api, run_id, REFUND).json()["tool_call_id"]
-    stopped = api.post(f"/api/v1/runs/{run_id}/stop", {"reason": "customer withdrew"})
+def test_a_stopped_run_cancels_its_undispatched_calls(agent: ApiClient, run_id: str, sandbox):
+    call_id = propose(agent, REFUND, run_id=run_id)["tool_call_id"]
+    stopped = agent.post(f"/api/v1/runs/{run_id}/stop", {"reason": "customer withdrew"})
     assert stopped.status_code == 200
     assert stopped.json()["in_flight"] == []
     assert ToolCall.objects.get(pk=call_id).execution_status == "cancelled"
-    assert propose(api, run_id, REFUND, intent="late").json()["error"]["name"] == "run.closed"
+    late = propose(agent, REFUND, run_id=run_id, intent="late", status=409)
+    assert late["error"]["name"] == "run.closed"
