@@ -232,6 +232,64 @@ def test_dispatch_refuses_arguments_the_approval_did_not_see(
     assert sandbox.ledger() == []
 
 
+def test_dispatch_asks_again_when_the_policy_now_wants_more_approvers(
+    agent: ApiClient, approver: User, bob: User, tenant: Tenant, sandbox: Sandbox
+) -> None:
+    call = propose(agent, BIG_REFUND)
+    approval = approval_of(call)
+    decide(logged_in(approver), approval, "approve")  # one approver, as version 1 asked
+    Policy.objects.create(
+        tenant=tenant,
+        capability_id="refund-order-v2",
+        version=2,
+        rules=[{"name": "every refund by two", "when": "amount_cents > 0", "approvers": 2}],
+    )
+    dispatch.tool_call_dispatch(tool_call_id=call["tool_call_id"])
+    approval.refresh_from_db()
+    assert approval.state == "invalidated"
+    invalidated = approval.run.events.get(
+        approval_id=approval.pk, event_type="approval.invalidated"
+    )
+    assert invalidated.payload["reason"] == "the policy now asks for more approvers"
+    replacement = approval_of(call)
+    assert replacement.pk != approval.pk
+    assert (replacement.state, replacement.required_approvers) == ("pending", 2)
+    assert replacement.policy_version == 2
+    tool_call = ToolCall.objects.get(pk=call["tool_call_id"])
+    assert (tool_call.execution_status, tool_call.attempts.count()) == ("awaiting_approval", 0)
+    assert Run.objects.get(pk=call["run_id"]).state == "waiting"
+    assert sandbox.ledger() == []
+    # Two people approve the new one: it is sent, once.
+    decide(logged_in(approver), replacement, "approve")
+    replacement.refresh_from_db()
+    decide(logged_in(bob), replacement, "approve")
+    run_due()
+    assert approval_of(call).state == "consumed"
+    assert len(sandbox.ledger("payments")) == 1
+
+
+def test_stopping_the_run_cancels_its_pending_approval(
+    agent: ApiClient, approver: User, sandbox: Sandbox
+) -> None:
+    call = propose(agent, BIG_REFUND)
+    approval = approval_of(call)
+    stopped = agent.post(f"/api/v1/runs/{call['run_id']}/stop", {"reason": "customer withdrew"})
+    assert stopped.status_code == 200
+    approval.refresh_from_db()
+    assert approval.state == "cancelled"
+    alice = logged_in(approver)
+    assert approval.pk not in alice.get("/approvals/").content.decode()  # not left in the inbox
+    # An approver who still has the page open is told why nothing happens.
+    response = decide(alice, approval, "approve")
+    assert response.status_code == 409
+    assert "already cancelled" in response.content.decode()
+    approval.refresh_from_db()
+    assert approval.state == "cancelled"
+    assert ToolCall.objects.get(pk=call["tool_call_id"]).execution_status == "cancelled"
+    run_due()
+    assert sandbox.ledger() == []
+
+
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_dispatches_consume_an_approval_once(
     agent: ApiClient, approver: User, sandbox: Sandbox

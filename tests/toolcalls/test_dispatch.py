@@ -7,16 +7,19 @@ worker processes.
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from django.core.management import call_command
+from django.utils import timezone
 
 from runs import services as run_services
 from runs.errors import DomainError
-from runs.models import OutboxMessage, Run, Tenant
-from tests.helpers import REFUND, WAYBILL, fresh, open_the_circuit, propose_in
+from runs.models import OutboxMessage, Run, Tenant, User
+from tests.helpers import REFUND, WAYBILL, fresh, logged_in, open_the_circuit, propose_in
 from tests.sandbox_process import Sandbox
 from tests.toolcalls.inline_worker import run_due, run_until
-from toolcalls import commands, dispatch, lifecycle, sweeps
+from toolcalls import capabilities, commands, dispatch, lifecycle, sweeps
 from toolcalls.models import Attempt, CircuitBreaker, ObjectRevision, Receipt, ToolCall
 
 
@@ -272,6 +275,33 @@ def test_the_runs_attempt_budget_stops_dispatch(tenant: Tenant, sandbox: Sandbox
     assert call.execution_status == "failed"
     assert call.last_error_name == "flow.budget_exceeded"
     assert sandbox.ledger() == []
+
+
+def test_a_run_past_its_deadline_sends_nothing(tenant: Tenant, sandbox: Sandbox) -> None:
+    run, _ = run_services.run_start(
+        tenant=tenant, title="t", actor="t", deadline=timezone.now() + timedelta(hours=1)
+    )
+    call = propose_in(run)
+    Run.objects.filter(pk=run.pk).update(deadline="2000-01-01T00:00:00Z")  # it passes
+    dispatch.tool_call_dispatch(tool_call_id=call.pk)
+    call = fresh(call)
+    assert (call.execution_status, call.last_error_name) == ("failed", "flow.deadline_exceeded")
+    assert call.attempts.count() == 0
+    assert sandbox.ledger() == []
+
+
+def test_a_call_whose_capability_is_no_longer_registered_is_not_sent(
+    run: Run, viewer: User, sandbox: Sandbox, monkeypatch
+) -> None:
+    call = propose_in(run)
+    monkeypatch.delitem(capabilities.REGISTRY, "refund-order-v2")  # its contract left the code
+    with pytest.raises(DomainError) as stopped:
+        dispatch.tool_call_dispatch(tool_call_id=call.pk)
+    assert stopped.value.name == "capability.unknown"
+    call = fresh(call)
+    assert (call.execution_status, call.attempts.count()) == ("authorized", 0)
+    assert sandbox.ledger() == []
+    assert logged_in(viewer).get(f"/runs/{run.pk}/").status_code == 200  # still readable
 
 
 def test_compensation_runs_once_and_only_for_a_confirmed_call(run: Run, sandbox: Sandbox):

@@ -7,6 +7,7 @@ import pytest
 
 from runs.models import Event, OutboxMessage
 from tests.helpers import ApiClient, propose, start_run
+from tests.sandbox_process import Sandbox
 from toolcalls import capabilities
 from toolcalls.capabilities import TrustedData
 from toolcalls.models import ToolCall
@@ -126,6 +127,19 @@ def test_it_refuses_bad_args_naming_each_field(
     assert {d["field"] for d in error["details"]} == fields
     assert ToolCall.objects.count() == 0
     assert Event.objects.count() == events_before
+
+
+def test_it_answers_503_when_the_check_cannot_reach_the_system(
+    agent: ApiClient, run_id: str, sandbox: Sandbox
+) -> None:
+    events_before = Event.objects.count()
+    sandbox.stop()  # the payment system is down: the order cannot be read
+    refused = propose(agent, REFUND, run_id=run_id, status=503)
+    assert refused["error"]["name"] == "tool.check_unavailable"
+    assert "Try again" in refused["error"]["message"]
+    assert ToolCall.objects.count() == 0
+    assert Event.objects.count() == events_before
+    assert not OutboxMessage.objects.filter(task="toolcalls.dispatch").exists()
 
 
 def test_it_refuses_an_unknown_capability(agent: ApiClient, run_id: str, sandbox) -> None:
