@@ -143,10 +143,10 @@ def test_it_answers_503_when_the_check_cannot_reach_the_system(
 
 
 def test_it_refuses_an_unknown_capability(agent: ApiClient, run_id: str, sandbox) -> None:
-    body = {"capability": "launch-rockets-v1", "args": {}, "intent": "i"}
-    response = agent.post(f"/api/v1/runs/{run_id}/tool-calls", body)
-    assert response.status_code == 422
-    assert response.json()["error"]["details"][0]["field"] == "capability"
+    refused = propose(
+        agent, {}, capability="launch-rockets-v1", intent="i", run_id=run_id, status=422
+    )
+    assert refused["error"]["details"][0]["field"] == "capability"
 
 
 def test_it_refuses_an_object_the_args_do_not_act_on(agent: ApiClient, run_id: str, sandbox):
