@@ -33,7 +33,6 @@ from toolcalls.writes import (
     DISPATCH_TASK,
     RECONCILE_TASK,
     VERIFY_TASK,
-    capability_of,
     timeout_of,
     tool_call_event,
     tool_call_lock,
@@ -108,7 +107,12 @@ def tool_call_claim(*, tool_call_id: str, outbox_id: str | None, worker: str = "
             call, "cancel", actor=SYSTEM, producer="dispatcher", reason=f"run {call.run.state}"
         )
         return None
-    capability = capability_of(call)
+    capability = capabilities.get(call.capability_id)
+    if capability is None:
+        # Its contract left the code: fail it unsent, in this transaction, so the message is
+        # done and the call says why (a retry once the contract is back sends it).
+        _fail_unsent(call, (errors.CAPABILITY_UNKNOWN, f"{call.capability_id} is not registered"))
+        return None
     if not _ready_to_send(call, capability, now):
         return None
     breaker_closed = _deferred_by_breaker(call, capability, now)

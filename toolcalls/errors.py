@@ -64,5 +64,6 @@ NOT_EXECUTED = frozenset(
         BUDGET_EXCEEDED,
         DEADLINE_EXCEEDED,
         DID_NOT_HAPPEN,
+        CAPABILITY_UNKNOWN,
     }
 )

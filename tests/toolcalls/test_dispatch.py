@@ -295,11 +295,13 @@ def test_a_call_whose_capability_is_no_longer_registered_is_not_sent(
 ) -> None:
     call = propose_in(run)
     monkeypatch.delitem(capabilities.REGISTRY, "refund-order-v2")  # its contract left the code
-    with pytest.raises(DomainError) as stopped:
-        dispatch.tool_call_dispatch(tool_call_id=call.pk)
-    assert stopped.value.name == "capability.unknown"
+    message = OutboxMessage.objects.get(task="toolcalls.dispatch", args=[call.pk])
+    dispatch.tool_call_dispatch(tool_call_id=call.pk, outbox_id=message.pk)
     call = fresh(call)
-    assert (call.execution_status, call.attempts.count()) == ("authorized", 0)
+    assert (call.execution_status, call.last_error_name) == ("failed", "capability.unknown")
+    assert call.attempts.count() == 0
+    message.refresh_from_db()
+    assert message.done_at is not None  # done: not republished forever
     assert sandbox.ledger() == []
     assert logged_in(viewer).get(f"/runs/{run.pk}/").status_code == 200  # still readable
 
