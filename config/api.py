@@ -10,6 +10,7 @@ from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import HttpBearer
 
+from config.strict_json import StrictJSONParser, strict_request
 from runs.errors import DomainError
 from runs.models import ApiKey
 from runs.selectors import api_key_authenticate
@@ -33,7 +34,12 @@ api = NinjaAPI(
     openapi_url="/openapi.json",
     docs_url="/docs",
     urls_namespace="api",
+    # One strict parser for every body: media type, duplicate keys, NUL and lone surrogates,
+    # numbers canonical JSON cannot carry (config/strict_json.py).
+    parser=StrictJSONParser(),
 )
+# Paths and query strings meet the same rules; a body sent where none is expected too.
+api.add_decorator(strict_request)
 
 
 def error_response(
@@ -74,7 +80,9 @@ def on_too_large(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
 
 @api.exception_handler(HttpError)
 def on_http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
-    # Ninja raises HttpError(400) for a body it cannot parse as JSON.
+    # Ninja raises HttpError(400) for a body its parser refused; the strict parser says why.
+    if isinstance(exc.__cause__, DomainError):
+        return on_domain_error(request, exc.__cause__)
     if exc.status_code == 400:
         return error_response(
             request, 400, "request.malformed_json", "The body is not valid JSON; fix its syntax."
