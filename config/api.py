@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.exceptions import RequestDataTooBig
+from django.db import OperationalError
 from django.http import HttpRequest, HttpResponse
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
@@ -76,6 +77,26 @@ def on_too_large(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
         "request.too_large",
         "The body is larger than this API accepts (API_MAX_BODY_BYTES); send less per request.",
     )
+
+
+# lock_not_available and query_canceled: DATABASE_LOCK_TIMEOUT or DATABASE_STATEMENT_TIMEOUT
+# ran out. The request's transaction was rolled back, so a retry is safe.
+DATABASE_BUSY_SQLSTATES = {"55P03", "57014"}
+
+
+@api.exception_handler(OperationalError)
+def on_database_busy(request: HttpRequest, exc: OperationalError) -> HttpResponse:
+    if getattr(exc.__cause__, "sqlstate", None) not in DATABASE_BUSY_SQLSTATES:
+        raise exc
+    response = error_response(
+        request,
+        503,
+        "database.busy",
+        "Another request holds what this one needs, or the database is slow; nothing was "
+        "written. Send the same request again in a moment.",
+    )
+    response["Retry-After"] = "1"
+    return response
 
 
 @api.exception_handler(HttpError)

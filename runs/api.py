@@ -110,6 +110,7 @@ ERRORS = {
     413: ErrorOut,
     415: ErrorOut,
     422: ErrorOut,
+    503: ErrorOut,
 }
 
 
