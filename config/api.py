@@ -5,11 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.exceptions import RequestDataTooBig
+from django.db import OperationalError
 from django.http import HttpRequest, HttpResponse
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import HttpBearer
 
+from config.strict_json import StrictJSONParser, strict_request
 from runs.errors import DomainError
 from runs.models import ApiKey
 from runs.selectors import api_key_authenticate
@@ -33,7 +35,12 @@ api = NinjaAPI(
     openapi_url="/openapi.json",
     docs_url="/docs",
     urls_namespace="api",
+    # One strict parser for every body: media type, duplicate keys, NUL and lone surrogates,
+    # numbers canonical JSON cannot carry (config/strict_json.py).
+    parser=StrictJSONParser(),
 )
+# Paths and query strings meet the same rules; a body sent where none is expected too.
+api.add_decorator(strict_request)
 
 
 def error_response(
@@ -72,9 +79,31 @@ def on_too_large(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
     )
 
 
+# lock_not_available and query_canceled: DATABASE_LOCK_TIMEOUT or DATABASE_STATEMENT_TIMEOUT
+# ran out. The request's transaction was rolled back, so a retry is safe.
+DATABASE_BUSY_SQLSTATES = {"55P03", "57014"}
+
+
+@api.exception_handler(OperationalError)
+def on_database_busy(request: HttpRequest, exc: OperationalError) -> HttpResponse:
+    if getattr(exc.__cause__, "sqlstate", None) not in DATABASE_BUSY_SQLSTATES:
+        raise exc
+    response = error_response(
+        request,
+        503,
+        "database.busy",
+        "Another request holds what this one needs, or the database is slow; nothing was "
+        "written. Send the same request again in a moment.",
+    )
+    response["Retry-After"] = "1"
+    return response
+
+
 @api.exception_handler(HttpError)
 def on_http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
-    # Ninja raises HttpError(400) for a body it cannot parse as JSON.
+    # Ninja raises HttpError(400) for a body its parser refused; the strict parser says why.
+    if isinstance(exc.__cause__, DomainError):
+        return on_domain_error(request, exc.__cause__)
     if exc.status_code == 400:
         return error_response(
             request, 400, "request.malformed_json", "The body is not valid JSON; fix its syntax."

@@ -1,8 +1,10 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
-from celery import Celery
+from celery import Celery, signals
+from django.db import close_old_connections
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.base")
 
@@ -10,6 +12,23 @@ app = Celery("countersign")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 # Celery's Django fixup closes every database connection around each task unless this is set:
 # a new PostgreSQL connection per task cost more CPU than the task itself (bench_dispatch).
-# Django's CONN_MAX_AGE and health checks still retire old or broken connections.
+# With it set the fixup does nothing between tasks, so the handlers below do what Django does
+# around each web request instead.
 app.conf.update(CELERY_DB_REUSE_MAX=1000)
 app.autodiscover_tasks()
+
+
+@signals.task_prerun.connect
+@signals.task_postrun.connect
+def retire_broken_or_old_connections(sender: Any = None, **kwargs: Any) -> None:
+    """Close a connection that is broken or older than CONN_MAX_AGE, around every task.
+
+    Without this a worker whose connection the database dropped (a restart, a failover,
+    pg_terminate_backend) failed every later task with "the connection is closed". Before a
+    task, CONN_HEALTH_CHECKS makes its first query check the kept connection (SELECT 1) and
+    open a new one if that fails; after a task that hit a database error, the connection is
+    checked and dropped at once. A task run eagerly shares its caller's connection and
+    transaction, which must not be closed under it."""
+    if sender is not None and getattr(sender.request, "is_eager", False):
+        return
+    close_old_connections()

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse
+from django.utils import timezone
 from ninja import Field, Header, Router, Schema, Status
-from pydantic import ConfigDict
+from pydantic import ConfigDict, field_validator
 
 from runs import selectors, services
 from runs.models import Decision, Run
@@ -27,6 +28,18 @@ class RunIn(StrictSchema):
     max_attempts: int = Field(200, ge=1, le=100_000)
     deadline: datetime | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("deadline")
+    @classmethod
+    def deadline_in_the_future(cls, deadline: datetime | None) -> datetime | None:
+        if deadline is None:
+            return None
+        if deadline.tzinfo is None:
+            deadline = deadline.replace(tzinfo=UTC)  # as run_start reads it (TIME_ZONE)
+        # A deadline already past (`0` is 1970) would end the run before its first call.
+        if deadline <= timezone.now():
+            raise ValueError("must be in the future (an ISO 8601 time with its offset)")
+        return deadline
 
 
 class RunOut(Schema):
@@ -69,7 +82,16 @@ class ErrorOut(Schema):
     error: ErrorBody
 
 
-ERRORS = {400: ErrorOut, 401: ErrorOut, 404: ErrorOut, 409: ErrorOut, 413: ErrorOut, 422: ErrorOut}
+ERRORS = {
+    400: ErrorOut,
+    401: ErrorOut,
+    404: ErrorOut,
+    409: ErrorOut,
+    413: ErrorOut,
+    415: ErrorOut,
+    422: ErrorOut,
+    503: ErrorOut,
+}
 
 
 def run_out(run: Run) -> dict[str, Any]:

@@ -230,8 +230,20 @@ def rfc8785_roundtrip(payload: dict[str, Any]) -> dict[str, Any]:
     return json.loads(rfc8785.dumps(payload))
 
 
+class UnreadablePayload:
+    """Stands for a stored payload that could not even be loaded (verify_event_chain reads
+    payloads itself, so that one such row does not end the check)."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+
 def verify_chain(events: list[Event] | Any) -> list[str]:
-    """Check each event's hash and its link to the previous one; events ordered by run, seq."""
+    """Check each event's hash and its link to the previous one; events ordered by run, seq.
+
+    Every event is checked, whatever came before it: a payload that cannot be loaded or
+    canonicalised any more is one problem, and the next event's link is still checked
+    against the hash stored on it."""
     problems: list[str] = []
     previous: dict[str, tuple[int, str]] = {}
     for event in events:
@@ -241,7 +253,26 @@ def verify_chain(events: list[Event] | Any) -> list[str]:
             problems.append(f"{where}: sequence gap, expected #{expected_seq + 1}")
         if event.prev_hash != expected_prev:
             problems.append(f"{where}: prev_hash does not match the previous event's hash")
-        if compute_hash(event) != event.hash:
-            problems.append(f"{where}: content does not match its hash (changed after writing)")
+        if problem := _content_problem(event):
+            problems.append(f"{where}: {problem}")
         previous[event.run_id] = (event.seq, event.hash)
     return problems
+
+
+def _content_problem(event: Event) -> str | None:
+    if isinstance(event.payload, UnreadablePayload):
+        return f"payload cannot be loaded ({_brief(event.payload.error)})"
+    try:
+        actual = compute_hash(event)
+    except (ValueError, TypeError, RecursionError) as exc:
+        # rfc8785 refuses what it cannot carry (an integer past 2**53, a non-finite float):
+        # the payload was changed after writing, or written by a version that let it in.
+        return f"payload cannot be canonicalised, its hash cannot be checked ({_brief(exc)})"
+    if actual != event.hash:
+        return "content does not match its hash (changed after writing)"
+    return None
+
+
+def _brief(error: Exception) -> str:
+    message = str(error)
+    return f"{type(error).__name__}: {message[:80]}{'…' if len(message) > 80 else ''}"

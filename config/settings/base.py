@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 VAR_DIR = Path(os.environ.get("COUNTERSIGN_VAR_DIR", BASE_DIR / "var"))
@@ -100,17 +102,55 @@ TEMPLATES = [
     },
 ]
 
+# PostgreSQL session limits for web and worker connections: a process that stalls inside a
+# transaction (a worker stopped mid-claim, a swap storm) must not hold its row locks for
+# long. Values are PostgreSQL durations ("5s", "500ms", "1min"); "0" turns a limit off; an
+# empty value leaves it to the server (e.g. `ALTER ROLE … SET` behind PgBouncer, which does
+# not pass startup options on).
+DATABASE_SESSION_LIMITS = {
+    # A request or task waiting this long for a row lock gives up (the API answers 503
+    # database.busy) instead of queueing behind a stalled holder.
+    "lock_timeout": os.environ.get("DATABASE_LOCK_TIMEOUT", "5s"),
+    # The server ends a session idle inside a transaction this long, releasing its locks:
+    # no transaction here waits on anything but the database (no I/O is done inside one).
+    "idle_in_transaction_session_timeout": os.environ.get(
+        "DATABASE_IDLE_IN_TRANSACTION_TIMEOUT", "10s"
+    ),
+    # No statement of a request or task runs this long; gunicorn's own timeout is 30 s.
+    "statement_timeout": os.environ.get("DATABASE_STATEMENT_TIMEOUT", "30s"),
+}
+
+
+def postgres_session_options(limits: dict[str, str]) -> str:
+    """libpq `options` setting each limit at connection start (`-c lock_timeout=5s …`)."""
+    options = []
+    for name, value in limits.items():
+        value = value.strip()
+        if not value:
+            continue
+        if not re.fullmatch(r"\d+(us|ms|s|min|h|d)?", value):
+            raise ImproperlyConfigured(
+                f"{name} must be a PostgreSQL duration such as 5s, 500ms or 1min, not {value!r}"
+            )
+        options.append(f"-c {name}={value}")
+    return " ".join(options)
+
+
 DATABASE_URL = os.environ.get("DATABASE_URL", "")
 if DATABASE_URL:
     DATABASES = {
         "default": dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)
     }
+    _options = DATABASES["default"].setdefault("OPTIONS", {})
     if env_bool("DATABASE_PREPARED_STATEMENTS", True):
         # Server-side binding lets psycopg prepare a statement after its fifth run on a
         # connection, so PostgreSQL stops parsing and planning the same few queries of every
         # tool call again (bench_dispatch). Turn it off behind a transaction-mode pooler
         # (PgBouncer before 1.21), which cannot keep prepared statements per connection.
-        DATABASES["default"]["OPTIONS"] = {"server_side_binding": True, "prepare_threshold": 5}
+        _options.update(server_side_binding=True, prepare_threshold=5)
+    if _session := postgres_session_options(DATABASE_SESSION_LIMITS):
+        # After any `options` given in DATABASE_URL, so these win.
+        _options["options"] = " ".join(filter(None, [_options.get("options", ""), _session]))
 else:
     DATABASES = {
         "default": {
