@@ -12,6 +12,7 @@ from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import HttpBearer
 
 from config.strict_json import StrictJSONParser, strict_request
+from runs import errors
 from runs.errors import DomainError
 from runs.models import ApiKey
 from runs.selectors import api_key_authenticate
@@ -64,7 +65,7 @@ def on_unauthenticated(request: HttpRequest, exc: AuthenticationError) -> HttpRe
     return error_response(
         request,
         401,
-        "auth.unauthenticated",
+        errors.AUTH_UNAUTHENTICATED,
         "Send a valid, unrevoked API key as `Authorization: Bearer <key>`.",
     )
 
@@ -74,7 +75,7 @@ def on_too_large(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
     return error_response(
         request,
         413,
-        "request.too_large",
+        errors.REQUEST_TOO_LARGE,
         "The body is larger than this API accepts (API_MAX_BODY_BYTES); send less per request.",
     )
 
@@ -91,7 +92,7 @@ def on_database_busy(request: HttpRequest, exc: OperationalError) -> HttpRespons
     response = error_response(
         request,
         503,
-        "database.busy",
+        errors.DATABASE_BUSY,
         "Another request holds what this one needs, or the database is slow; nothing was "
         "written. Send the same request again in a moment.",
     )
@@ -106,9 +107,12 @@ def on_http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
         return on_domain_error(request, exc.__cause__)
     if exc.status_code == 400:
         return error_response(
-            request, 400, "request.malformed_json", "The body is not valid JSON; fix its syntax."
+            request,
+            400,
+            errors.REQUEST_MALFORMED_JSON,
+            "The body is not valid JSON; fix its syntax.",
         )
-    return error_response(request, exc.status_code, "request.refused", str(exc))
+    return error_response(request, exc.status_code, errors.REQUEST_REFUSED, str(exc))
 
 
 @api.exception_handler(ValidationError)
@@ -120,7 +124,7 @@ def on_validation_error(request: HttpRequest, exc: ValidationError) -> HttpRespo
         details.append({"field": ".".join(location) or "(body)", "problem": error.get("msg", "")})
     fields = ", ".join(detail["field"] for detail in details)
     return error_response(
-        request, 422, "request.validation_failed", f"Fix these fields: {fields}.", details
+        request, 422, errors.REQUEST_VALIDATION_FAILED, f"Fix these fields: {fields}.", details
     )
 
 

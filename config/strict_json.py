@@ -29,6 +29,7 @@ from typing import Any
 from django.http import HttpRequest
 from ninja.parser import Parser
 
+from runs import errors
 from runs.canonical import MAX_SAFE_INTEGER, number_problem
 from runs.errors import DomainError
 
@@ -59,7 +60,7 @@ def strict_request(view_func: Callable[..., Any]) -> Callable[..., Any]:
                 if problem := _string_problem(value):
                     strings.append(_detail(("query", _printable(name)), problem))
         if strings:
-            raise _refusal("request.invalid_string", "strings that cannot be stored", strings)
+            raise _refusal(errors.REQUEST_INVALID_STRING, "strings that cannot be stored", strings)
         if request.body and not getattr(request, _CHECKED, False):
             parse_body(request)
         return view_func(request, *args, **kwargs)
@@ -98,7 +99,7 @@ def _check_media_type(request: HttpRequest) -> None:
     if not is_json or charset not in ("utf-8", "utf8"):
         declared = (request.META.get("CONTENT_TYPE") or "no Content-Type")[:100]
         raise DomainError(
-            "request.unsupported_media_type",
+            errors.REQUEST_UNSUPPORTED_MEDIA_TYPE,
             f"This API reads JSON bodies only ({declared} was sent): send the body as UTF-8 "
             "JSON with `Content-Type: application/json`.",
             status=415,
@@ -107,7 +108,7 @@ def _check_media_type(request: HttpRequest) -> None:
 
 def _malformed(why: str) -> DomainError:
     return DomainError(
-        "request.malformed_json", f"The body is not valid JSON: {why}; fix it.", status=400
+        errors.REQUEST_MALFORMED_JSON, f"The body is not valid JSON: {why}; fix it.", status=400
     )
 
 
@@ -116,7 +117,7 @@ def _object_without_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     for key, value in pairs:
         if key in result:
             raise DomainError(
-                "request.duplicate_key",
+                errors.REQUEST_DUPLICATE_KEY,
                 f"The key {_printable(key)!r} appears twice in one object; send it once.",
                 status=400,
                 details=[{"field": _printable(key), "problem": "duplicate key"}],
@@ -157,7 +158,7 @@ def _check_values(data: Any) -> None:
         path, value = queue.popleft()
         if len(path) > MAX_DEPTH:
             raise DomainError(
-                "request.too_deep",
+                errors.REQUEST_TOO_DEEP,
                 f"The body nests deeper than {MAX_DEPTH} levels at {'.'.join(path[:8])}…; "
                 "flatten it.",
                 status=422,
@@ -180,9 +181,9 @@ def _check_values(data: Any) -> None:
         elif isinstance(value, int | float) and (problem := number_problem(value)):
             numbers.append(_detail(path, problem))
     if strings:
-        raise _refusal("request.invalid_string", "strings that cannot be stored", strings)
+        raise _refusal(errors.REQUEST_INVALID_STRING, "strings that cannot be stored", strings)
     if numbers:
-        raise _refusal("request.number_out_of_range", "numbers out of range", numbers)
+        raise _refusal(errors.REQUEST_NUMBER_OUT_OF_RANGE, "numbers out of range", numbers)
 
 
 def _detail(path: tuple[str, ...], problem: str) -> dict[str, str]:

@@ -14,16 +14,11 @@ have to reach their outcome (lease expiry, look-up).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from pathlib import Path
-
 import pytest
 from django.core.management import call_command
 from django.db import connection
 
-from runs.models import Tenant
-from runs.services import api_key_issue
-from tests.celery_processes import CeleryProcess, flush_broker, process_env
+from tests.celery_processes import CeleryProcess
 from tests.conftest import ApiClient
 from tests.helpers import wait_for
 from tests.sandbox_process import Sandbox
@@ -34,32 +29,11 @@ pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 BATCH = 12
 
 
-@pytest.fixture
-def api() -> ApiClient:
-    tenant = Tenant.objects.create(slug="acme", name="Acme")
-    return ApiClient(api_key_issue(tenant=tenant, name="agent")[1])
-
-
-@pytest.fixture
-def start(sandbox: Sandbox, tmp_path: Path) -> Callable[..., CeleryProcess]:
-    flush_broker()
-    started: list[CeleryProcess] = []
-
-    def start_process(kind: str) -> CeleryProcess:
-        process = CeleryProcess(kind, f"{kind}{len(started)}", process_env(sandbox.url), tmp_path)
-        started.append(process.start())
-        return process
-
-    yield start_process
-    for process in started:
-        process.stop()
-
-
-def propose(api: ApiClient, run_id: str, numbers: range) -> list[str]:
+def propose_refunds(agent: ApiClient, run_id: str, numbers: range) -> list[str]:
     ids = []
     for n in numbers:
         args = {"order_id": f"order-{n:03d}", "amount_cents": 1000, "currency": "USD"}
-        response = api.post(
+        response = agent.post(
             f"/api/v1/runs/{run_id}/tool-calls",
             {"capability": "refund-order-v2", "args": args, "intent": f"intent-{n}"},
         )
@@ -97,15 +71,15 @@ def tasks_run_since(worker: CeleryProcess, offset: int) -> int:
 
 @pytest.mark.parametrize("cut", ["between_calls", "during_calls"])
 def test_workers_reconnect_after_the_database_drops_their_connections(
-    api: ApiClient, sandbox: Sandbox, start, cut: str
+    agent: ApiClient, sandbox: Sandbox, start_celery, cut: str
 ) -> None:
-    workers = [start("worker"), start("worker")]
-    processes = [*workers, start("beat")]
+    workers = [start_celery("worker"), start_celery("worker")]
+    processes = [*workers, start_celery("beat")]
     before = pids(processes)
     # Slow payments: calls are still on their way when the connections are cut mid-call.
     sandbox.faults(system="payments", delay_response=1.0, delay_seconds=0.4)
-    run_id = api.post("/api/v1/runs", {"title": "reconnect"}).json()["run_id"]
-    first_half = propose(api, run_id, range(1, BATCH // 2 + 1))
+    run_id = agent.post("/api/v1/runs", {"title": "reconnect"}).json()["run_id"]
+    first_half = propose_refunds(agent, run_id, range(1, BATCH // 2 + 1))
     wait_for(
         lambda: confirmed(first_half) >= (len(first_half) if cut == "between_calls" else 2),
         40,
@@ -125,7 +99,7 @@ def test_workers_reconnect_after_the_database_drops_their_connections(
         "each worker to run tasks after the cut",
     )
 
-    second_half = propose(api, run_id, range(BATCH // 2 + 1, BATCH + 1))
+    second_half = propose_refunds(agent, run_id, range(BATCH // 2 + 1, BATCH + 1))
     ids = first_half + second_half
     wait_for(lambda: confirmed(ids) == BATCH, 60, "every call to be confirmed", interval=0.5)
     assert pids(processes) == before  # nothing restarted: the same processes recovered

@@ -16,8 +16,7 @@ import psycopg
 import pytest
 from django.db import connection
 
-from runs.models import Decision, Event, Tenant
-from runs.services import api_key_issue
+from runs.models import Decision, Event
 from tests.conftest import ApiClient
 from tests.helpers import ROOT
 
@@ -111,10 +110,8 @@ def test_a_value_that_is_not_a_duration_stops_the_process() -> None:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_request_that_waits_too_long_for_a_lock_gets_a_named_503() -> None:
-    tenant = Tenant.objects.create(slug="acme", name="Acme")
-    api = ApiClient(api_key_issue(tenant=tenant, name="agent")[1])
-    run_id = api.post("/api/v1/runs", {"title": "t"}).json()["run_id"]
+def test_a_request_that_waits_too_long_for_a_lock_gets_a_named_503(agent: ApiClient) -> None:
+    run_id = agent.post("/api/v1/runs", {"title": "t"}).json()["run_id"]
     db = connection.settings_dict
     # Another session holds the run's row lock, as a worker stopped inside its claim would.
     holder = psycopg.connect(host=db["HOST"], port=db["PORT"], user=db["USER"], dbname=db["NAME"])
@@ -123,7 +120,7 @@ def test_a_request_that_waits_too_long_for_a_lock_gets_a_named_503() -> None:
         with connection.cursor() as cursor:
             cursor.execute("SET lock_timeout = '500ms'")  # the configured 5s, shortened
         started = time.monotonic()
-        response = api.post(f"/api/v1/runs/{run_id}/decisions", {"kind": "k", "content": {}})
+        response = agent.post(f"/api/v1/runs/{run_id}/decisions", {"kind": "k", "content": {}})
         elapsed = time.monotonic() - started
     finally:
         holder.close()
@@ -136,5 +133,5 @@ def test_a_request_that_waits_too_long_for_a_lock_gets_a_named_503() -> None:
     assert not Decision.objects.exists()
     assert Event.objects.count() == 1  # run.started only
     # The connection is fine afterwards: the same request now goes through.
-    response = api.post(f"/api/v1/runs/{run_id}/decisions", {"kind": "k", "content": {}})
+    response = agent.post(f"/api/v1/runs/{run_id}/decisions", {"kind": "k", "content": {}})
     assert response.status_code == 201, response.json()

@@ -34,7 +34,7 @@ def test_every_catalogued_name_is_dotted_and_named_once() -> None:
 
 
 def literal_error_names(source: str) -> list[str]:
-    """String literals given as the name of a DomainError or an error response."""
+    """String literals given as the name of a DomainError or of an API refusal."""
     found = []
     for node in ast.walk(ast.parse(source)):
         if not isinstance(node, ast.Call):
@@ -42,15 +42,22 @@ def literal_error_names(source: str) -> list[str]:
         callee = (
             node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
         )
-        if callee != "DomainError" or not node.args:
+        # The name is the first argument of these, the third of error_response(request, status,
+        # name, message).
+        position = {"DomainError": 0, "_refusal": 0, "error_response": 2}.get(callee)
+        if position is None or len(node.args) <= position:
             continue
-        if isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
-            found.append(node.args[0].value)
+        name = node.args[position]
+        if isinstance(name, ast.Constant) and isinstance(name.value, str):
+            found.append(name.value)
     return found
 
 
 def test_the_scan_finds_a_name_written_in_place() -> None:
     assert literal_error_names('raise DomainError("run.closd", "typo")') == ["run.closd"]
+    assert literal_error_names('error_response(request, 400, "request.bad", "m")') == [
+        "request.bad"
+    ]
 
 
 @pytest.mark.parametrize("app", ["runs", "approvals", "toolcalls", "console", "config"])

@@ -60,9 +60,9 @@ HOSTILE_VALUES = {
 
 
 @pytest.fixture
-def ids(api: ApiClient, sandbox) -> dict[str, str]:
-    run = api.post("/api/v1/runs", {"title": "t"}).json()["run_id"]
-    response = api.post(
+def ids(agent: ApiClient, sandbox) -> dict[str, str]:
+    run = agent.post("/api/v1/runs", {"title": "t"}).json()["run_id"]
+    response = agent.post(
         f"/api/v1/runs/{run}/tool-calls",
         {"capability": "refund-order-v2", "args": REFUND, "intent": "i-1"},
     )
@@ -77,12 +77,12 @@ def counts() -> dict[str, int]:
     }
 
 
-def send(api: ApiClient, path: str, body: str, content_type: str | None = "application/json"):
-    headers = {"Authorization": f"Bearer {api.token}"}
+def send(agent: ApiClient, path: str, body: str, content_type: str | None = "application/json"):
+    headers = {"Authorization": f"Bearer {agent.token}"}
     if content_type is None:
         # The test client always sends a Content-Type; a bare request sends none.
-        return api.client.generic("POST", path, body, content_type="", headers=headers)
-    return api.client.post(path, data=body, content_type=content_type, headers=headers)
+        return agent.client.generic("POST", path, body, content_type="", headers=headers)
+    return agent.client.post(path, data=body, content_type=content_type, headers=headers)
 
 
 def assert_refused(response, status: int, name: str) -> None:
@@ -97,12 +97,12 @@ def assert_refused(response, status: int, name: str) -> None:
 @pytest.mark.parametrize("endpoint", BODIES)
 @pytest.mark.parametrize("hostile", HOSTILE_VALUES)
 def test_a_hostile_value_is_refused_and_nothing_written(
-    api: ApiClient, ids: dict[str, str], endpoint: str, hostile: str
+    agent: ApiClient, ids: dict[str, str], endpoint: str, hostile: str
 ) -> None:
     path, template = BODIES[endpoint]
     value, name, status = HOSTILE_VALUES[hostile]
     before = counts()
-    response = send(api, path.format(**ids), template.format(v=value))
+    response = send(agent, path.format(**ids), template.format(v=value))
     assert_refused(response, status, name)
     assert counts() == before
 
@@ -110,32 +110,32 @@ def test_a_hostile_value_is_refused_and_nothing_written(
 @pytest.mark.parametrize("endpoint", BODIES)
 @pytest.mark.parametrize("content_type", ["text/plain", None, "application/x-www-form-urlencoded"])
 def test_a_body_that_is_not_declared_json_is_refused(
-    api: ApiClient, ids: dict[str, str], endpoint: str, content_type: str | None
+    agent: ApiClient, ids: dict[str, str], endpoint: str, content_type: str | None
 ) -> None:
     path, template = BODIES[endpoint]
     before = counts()
-    response = send(api, path.format(**ids), template.format(v='"fine"'), content_type)
+    response = send(agent, path.format(**ids), template.format(v='"fine"'), content_type)
     assert_refused(response, 415, "request.unsupported_media_type")
     assert counts() == before
 
 
-def test_a_duplicate_key_at_the_top_is_named(api: ApiClient, db: None) -> None:
-    response = send(api, "/api/v1/runs", '{"title": "a", "title": "b"}')
+def test_a_duplicate_key_at_the_top_is_named(agent: ApiClient, db: None) -> None:
+    response = send(agent, "/api/v1/runs", '{"title": "a", "title": "b"}')
     assert_refused(response, 400, "request.duplicate_key")
     assert "title" in response.json()["error"]["message"]
     assert counts()["Run"] == 0
 
 
-def test_the_refusal_names_where_the_bad_value_is(api: ApiClient, db: None) -> None:
+def test_the_refusal_names_where_the_bad_value_is(agent: ApiClient, db: None) -> None:
     body = '{"title": "t", "metadata": {"lines": [{"amount": 1e300}]}}'
-    response = send(api, "/api/v1/runs", body)
+    response = send(agent, "/api/v1/runs", body)
     assert_refused(response, 422, "request.number_out_of_range")
     assert response.json()["error"]["details"][0]["field"] == "metadata.lines.0.amount"
 
 
-def test_the_issue_body_is_refused(api: ApiClient, db: None) -> None:
+def test_the_issue_body_is_refused(agent: ApiClient, db: None) -> None:
     # The body of issue #10: it answered 201 and broke verify_event_chain.
-    response = api.post("/api/v1/runs", {"title": "x", "metadata": {"x": 1e300}})
+    response = agent.post("/api/v1/runs", {"title": "x", "metadata": {"x": 1e300}})
     assert_refused(response, 422, "request.number_out_of_range")
     assert counts()["Run"] == 0
 
@@ -143,21 +143,21 @@ def test_the_issue_body_is_refused(api: ApiClient, db: None) -> None:
 @pytest.mark.parametrize(
     "deadline", [0, -1, "1970-01-01T00:00:00Z", "2020-01-01T00:00:00+00:00", "2020-01-01T00:00"]
 )
-def test_a_deadline_in_the_past_is_refused(api: ApiClient, db: None, deadline) -> None:
-    response = api.post("/api/v1/runs", {"title": "t", "deadline": deadline})
+def test_a_deadline_in_the_past_is_refused(agent: ApiClient, db: None, deadline) -> None:
+    response = agent.post("/api/v1/runs", {"title": "t", "deadline": deadline})
     assert_refused(response, 422, "request.validation_failed")
     assert [d["field"] for d in response.json()["error"]["details"]] == ["deadline"]
     assert counts()["Run"] == 0
 
 
 @pytest.mark.parametrize("deadline", ["2999-01-01T00:00:00Z", "2999-01-01T00:00:00"])
-def test_a_deadline_in_the_future_is_taken(api: ApiClient, db: None, deadline: str) -> None:
-    response = api.post("/api/v1/runs", {"title": "t", "deadline": deadline})
+def test_a_deadline_in_the_future_is_taken(agent: ApiClient, db: None, deadline: str) -> None:
+    response = agent.post("/api/v1/runs", {"title": "t", "deadline": deadline})
     assert response.status_code == 201, response.json()
     assert response.json()["deadline"] == "2999-01-01T00:00:00Z"
 
 
-def test_what_canonical_json_carries_is_taken_and_verifies(api: ApiClient, db: None) -> None:
+def test_what_canonical_json_carries_is_taken_and_verifies(agent: ApiClient, db: None) -> None:
     # The edges of what is allowed go in, come back unchanged, and the chain verifies.
     metadata = {
         "largest": 9007199254740991,
@@ -170,31 +170,31 @@ def test_what_canonical_json_carries_is_taken_and_verifies(api: ApiClient, db: N
         "escaped_pair": "\ud83d\ude00",
     }
     body = json.dumps({"title": "t", "metadata": metadata})
-    response = send(api, "/api/v1/runs", body, "application/json; charset=utf-8")
+    response = send(agent, "/api/v1/runs", body, "application/json; charset=utf-8")
     assert response.status_code == 201, response.json()
     assert Run.objects.get().metadata["largest"] == 9007199254740991
     call_command("verify_event_chain")
 
 
-def test_an_empty_body_on_a_command_is_still_fine(api: ApiClient, ids: dict[str, str]) -> None:
+def test_an_empty_body_on_a_command_is_still_fine(agent: ApiClient, ids: dict[str, str]) -> None:
     # What a client sends for a command without fields: no body and no Content-Type.
-    response = send(api, f"/api/v1/runs/{ids['run']}/stop", "", content_type=None)
+    response = send(agent, f"/api/v1/runs/{ids['run']}/stop", "", content_type=None)
     assert response.status_code == 200, response.json()
 
 
 @pytest.mark.parametrize("depth", [65, 900, 5000])
-def test_a_body_nested_too_deeply_is_refused(api: ApiClient, db: None, depth: int) -> None:
+def test_a_body_nested_too_deeply_is_refused(agent: ApiClient, db: None, depth: int) -> None:
     body = '{"title": "t", "metadata": {"a": ' + "[" * depth + "]" * depth + "}}"
-    response = send(api, "/api/v1/runs", body)
+    response = send(agent, "/api/v1/runs", body)
     assert response.status_code in (400, 422), response.content[:300]
     assert response.json()["error"]["name"] in ("request.too_deep", "request.malformed_json")
     assert counts()["Run"] == 0
 
 
-def test_a_body_nested_to_the_limit_is_taken(api: ApiClient, db: None) -> None:
+def test_a_body_nested_to_the_limit_is_taken(agent: ApiClient, db: None) -> None:
     # The title's object is level 1, metadata level 2: 62 lists inside it reach 64.
     body = '{"title": "t", "metadata": {"a": ' + "[" * 62 + "]" * 62 + "}}"
-    assert send(api, "/api/v1/runs", body).status_code == 201
+    assert send(agent, "/api/v1/runs", body).status_code == 201
 
 
 @pytest.mark.parametrize(
@@ -206,13 +206,13 @@ def test_a_body_nested_to_the_limit_is_taken(api: ApiClient, db: None) -> None:
         "/api/v1/tool-calls/tc_x?wait=0&note=%00",
     ],
 )
-def test_a_nul_in_the_path_or_query_is_refused(api: ApiClient, db: None, path: str) -> None:
-    response = api.get(path)
+def test_a_nul_in_the_path_or_query_is_refused(agent: ApiClient, db: None, path: str) -> None:
+    response = agent.get(path)
     assert_refused(response, 422, "request.invalid_string")
 
 
-def test_a_nul_in_the_path_of_a_command_is_refused(api: ApiClient, db: None) -> None:
+def test_a_nul_in_the_path_of_a_command_is_refused(agent: ApiClient, db: None) -> None:
     before = counts()
-    response = send(api, "/api/v1/runs/run_%00x/stop", '{"reason": "r"}')
+    response = send(agent, "/api/v1/runs/run_%00x/stop", '{"reason": "r"}')
     assert_refused(response, 422, "request.invalid_string")
     assert counts() == before

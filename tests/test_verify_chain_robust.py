@@ -11,7 +11,7 @@ from django.db import connection, transaction
 from runs import services
 from runs.events import verify_chain
 from runs.models import Event, Run, Tenant
-from toolcalls.services import run_stop
+from toolcalls.lifecycle import run_stop
 
 
 def logged_run(tenant: Tenant, title: str) -> Run:
