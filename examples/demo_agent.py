@@ -35,6 +35,8 @@ class DemoAgent(threading.Thread):
         self.stopping = threading.Event()
         # Refunds proposed and not yet settled: tool call id -> (run, order, decision, intent).
         self.pending: dict[str, tuple[str, dict, str, str]] = {}
+        # Runs whose work is all proposed: finished (with their exit type) once it settles.
+        self.to_finish: set[str] = set()
 
     def stop(self) -> None:
         self.stopping.set()
@@ -79,6 +81,7 @@ class DemoAgent(threading.Thread):
         )
         if amount <= 0:
             log.info("demo agent: %s: %s has nothing left to refund", run_id, order_id)
+            self.to_finish.add(run_id)
             return
         refund = self.client.propose(
             run_id,
@@ -139,6 +142,7 @@ class DemoAgent(threading.Thread):
                 reason="not under warranty" if not covered else "no stock",
             )
             return
+        self.to_finish.add(run_id)  # once the graph below has settled
         reserve = self.client.propose(
             run_id,
             "reserve-stock-v1",
@@ -186,7 +190,27 @@ class DemoAgent(threading.Thread):
 
     def follow_up(self) -> None:
         """For each refund that reached its outcome: email the customer if it was confirmed,
-        and write the audit record either way."""
+        and write the audit record either way. Then finish the runs whose work has settled."""
+        self.follow_up_refunds()
+        self.finish_settled_runs()
+
+    def finish_settled_runs(self) -> None:
+        """End each run whose calls have all settled; Countersign judges its exit type
+        (completed, with degradation, or needs a person) from the calls."""
+        for run_id in sorted(self.to_finish):
+            try:
+                run = self.client.finish_run(run_id)
+            except CountersignError as exc:
+                if exc.name == "run.work_in_flight":
+                    continue  # some call is still on its way: try again next round
+                if self.client.get_run(run_id)["state"] == "needs_human":
+                    continue  # a person resolves an unknown outcome first, on the desk
+                log.warning("demo agent: %s could not be finished: %s", run_id, exc)
+            else:
+                log.info("demo agent: %s finished: %s", run_id, run["state"])
+            self.to_finish.discard(run_id)
+
+    def follow_up_refunds(self) -> None:
         for tool_call_id, (run_id, order, decision_id, intent) in list(self.pending.items()):
             refund = self.client.tool_call(tool_call_id)
             if not is_settled(refund):
@@ -225,3 +249,4 @@ class DemoAgent(threading.Thread):
                     "amount_cents": refund["args"]["amount_cents"],
                 },
             )
+            self.to_finish.add(run_id)
