@@ -3,13 +3,13 @@ from __future__ import annotations
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
-from django.views.generic import RedirectView
 
 from config.api import api
 from console import urls as console
+from console.views.home import home
 
 urlpatterns = [
-    path("", RedirectView.as_view(pattern_name="runs:list", permanent=False)),
+    path("", home, name="home"),
     path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("runs/", include((console.runs_patterns, "runs"))),

@@ -24,6 +24,17 @@ def _entered(event_type: str) -> Subquery:
     )
 
 
+def desk_has_items(*, tenant: Tenant) -> bool:
+    """Is anything waiting on the desk? Two EXISTS queries, for the start page."""
+    stuck = Q(execution_status__in=ToolCall.UNKNOWN) | Q(
+        execution_status=E.DISPATCHING, lease_expires_at__lt=timezone.now()
+    )
+    return (
+        ToolCall.objects.filter(stuck, tenant=tenant).exists()
+        or Run.objects.filter(tenant=tenant, state=Run.State.NEEDS_HUMAN).exists()
+    )
+
+
 def desk_items(*, tenant: Tenant) -> list[dict[str, Any]]:
     """Unknown outcomes, dispatches whose worker's lease expired, and runs that need a person,
     longest dwell first."""

@@ -29,7 +29,7 @@ def test_the_login_page_renders(client: Client) -> None:
 def test_it_logs_in_and_out(client: Client, approver: User) -> None:
     response = client.post("/login/", {"username": "alice", "password": PASSWORD})
     assert response.status_code == 302
-    assert response["Location"] == "/runs/"
+    assert response["Location"] == "/"  # the start page sends an approver to the inbox
     assert client.get("/runs/").status_code == 200
     assert client.post("/logout/").status_code == 302
     assert client.get("/runs/").status_code == 302

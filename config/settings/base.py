@@ -177,7 +177,8 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
 LOGIN_URL = "login"
-LOGIN_REDIRECT_URL = "runs:list"
+# The start page sends each person where their work is (console/views/home.py).
+LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
 
 # Repeated failed logins lock the username (the account under attack) and, separately, the

@@ -20,6 +20,9 @@ def test_an_approver_logs_in_sees_the_runs_and_opens_one(
     )
 
     log_in(page, live_server.url, "alice", PASSWORD)
+    # An approver lands on the inbox; the runs are one click away.
+    expect(page.get_by_role("heading", name="Approvals")).to_be_visible()
+    page.get_by_role("navigation").get_by_role("link", name="Runs").click()
 
     expect(page.get_by_role("heading", name="Runs")).to_be_visible()
     page.get_by_role("link", name=run.pk).click()
