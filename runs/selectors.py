@@ -11,8 +11,14 @@ from runs.errors import not_found
 from runs.models import ApiKey, Decision, Event, Run, Tenant
 
 
-def run_list(*, tenant: Tenant) -> QuerySet[Run]:
-    return Run.objects.filter(tenant=tenant).order_by("-id")
+def run_list(*, tenant: Tenant, state: str = "", title: str = "") -> QuerySet[Run]:
+    """The tenant's runs, newest first; `state` one of Run.State, `title` a part of it."""
+    runs = Run.objects.filter(tenant=tenant)
+    if state:
+        runs = runs.filter(state=state)
+    if title:
+        runs = runs.filter(title__icontains=title)
+    return runs.order_by("-id")
 
 
 def run_get(*, tenant: Tenant, run_id: str) -> Run:

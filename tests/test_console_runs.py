@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 
 from runs import services
 from runs.models import Run, Tenant, User
@@ -90,3 +92,51 @@ def test_htmx_is_served_from_static(client: Client) -> None:
     assert "x-csrftoken" in page
     script = page.split('<script src="')[1].split('"')[0]
     assert client.get(script).status_code == 200
+
+
+def make_runs(tenant: Tenant, titles: list[str]) -> None:
+    for title in titles:
+        services.run_start(tenant=tenant, title=title, actor="test")
+
+
+def test_the_runs_list_filters_by_state_and_searches_titles(tenant: Tenant, viewer: User) -> None:
+    make_runs(tenant, ["Refund order-001", "Refund order-002", "Replace the part of order-009"])
+    Run.objects.filter(title="Refund order-002").update(state=Run.State.COMPLETED)
+    client = logged_in(viewer)
+    page = client.get("/runs/", {"q": "refund"}).content.decode()
+    assert "Refund order-001" in page and "Refund order-002" in page
+    assert "Replace the part" not in page
+    page = client.get("/runs/", {"q": "refund", "state": "completed"}).content.decode()
+    assert "Refund order-002" in page and "Refund order-001" not in page
+    assert "1 run matches" in page
+    nothing = client.get("/runs/", {"q": "no such title"}).content.decode()
+    assert "No run matches these filters" in nothing
+
+
+def test_the_runs_list_links_by_title_and_pages_instead_of_cutting_off(
+    tenant: Tenant, viewer: User
+) -> None:
+    make_runs(tenant, [f"Run number {n:03d}" for n in range(60)])
+    client = logged_in(viewer)
+    first = client.get("/runs/").content.decode()
+    newest = Run.objects.filter(tenant=tenant).order_by("-id").first()
+    assert f'<a href="/runs/{newest.pk}/">Run number 059</a>' in first
+    assert "60 runs" in first and "page 1 of 2" in first
+    second = client.get("/runs/", {"page": 2}).content.decode()
+    assert "Run number 000" in second and "Run number 059" not in second
+    assert "hx-get" not in second.split('id="run-rows"')[1].split(">")[0]  # only page 1 polls
+
+
+def test_the_runs_list_costs_the_same_queries_at_any_size(tenant: Tenant, viewer: User) -> None:
+    client = logged_in(viewer)
+    client.get("/runs/")  # the session and the user are read once, not counted below
+
+    def queries() -> int:
+        with CaptureQueriesContext(connection) as captured:
+            assert client.get("/runs/").status_code == 200
+        return len(captured.captured_queries)
+
+    make_runs(tenant, ["a", "b"])
+    few = queries()
+    make_runs(tenant, [f"run {n}" for n in range(70)])
+    assert queries() == few

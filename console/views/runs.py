@@ -2,21 +2,41 @@
 
 from __future__ import annotations
 
+from urllib.parse import urlencode
+
+from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from runs import selectors
 from runs.errors import DomainError
+from runs.models import Run
 from runs.permissions import tenant_member_required
 from toolcalls.progress import progress
 from toolcalls.selectors import run_tool_calls
 
+RUNS_PER_PAGE = 50
+
 
 @tenant_member_required
 def run_list(request: HttpRequest) -> HttpResponse:
-    runs = selectors.run_list(tenant=request.user.tenant)[:200]
+    # An unknown state or an overlong search is ignored rather than refused: it's a filter.
+    state = request.GET.get("state", "")
+    state = state if state in Run.State.values else ""
+    title = request.GET.get("q", "").strip()[:200]
+    runs = selectors.run_list(tenant=request.user.tenant, state=state, title=title)
+    page = Paginator(runs, RUNS_PER_PAGE).get_page(request.GET.get("page"))
+    filters = urlencode({key: value for key, value in (("state", state), ("q", title)) if value})
+    context = {
+        "page": page,
+        "runs": page.object_list,
+        "state": state,
+        "q": title,
+        "filters": filters,
+        "states": Run.State.choices,
+    }
     template = "runs/list.html#run-rows" if request.htmx else "runs/list.html"
-    return render(request, template, {"runs": runs})
+    return render(request, template, context)
 
 
 @tenant_member_required
