@@ -21,6 +21,12 @@ def run_list(*, tenant: Tenant, state: str = "", title: str = "") -> QuerySet[Ru
     return runs.order_by("-id")
 
 
+def run_last_seq(*, run: Run) -> int:
+    """The sequence number of the run's latest event (0 before any)."""
+    last = Event.objects.filter(run=run).order_by("-seq").values_list("seq", flat=True).first()
+    return last or 0
+
+
 def run_get(*, tenant: Tenant, run_id: str) -> Run:
     run = Run.objects.filter(tenant=tenant, pk=run_id).first()
     if run is None:

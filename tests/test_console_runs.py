@@ -8,7 +8,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from runs import services
-from runs.models import Run, Tenant, User
+from runs.models import Event, Run, Tenant, User
 from tests.helpers import PASSWORD, logged_in, make_user
 from toolcalls.lifecycle import run_stop
 
@@ -140,3 +140,14 @@ def test_the_runs_list_costs_the_same_queries_at_any_size(tenant: Tenant, viewer
     few = queries()
     make_runs(tenant, [f"run {n}" for n in range(70)])
     assert queries() == few
+
+
+def test_a_run_page_poll_sends_nothing_when_nothing_changed(run: Run, viewer: User) -> None:
+    client = logged_in(viewer)
+    last = Event.objects.filter(run=run).order_by("-seq").first().seq
+    unchanged = client.get(f"/runs/{run.pk}/", {"seen": last}, headers={"HX-Request": "true"})
+    assert (unchanged.status_code, unchanged.content) == (204, b"")
+    services.decision_record(tenant=run.tenant, run_id=run.pk, kind="k", content={}, actor="t")
+    changed = client.get(f"/runs/{run.pk}/", {"seen": last}, headers={"HX-Request": "true"})
+    assert changed.status_code == 200
+    assert f'"seen": "{last + 1}"' in changed.content.decode()

@@ -5,6 +5,7 @@ time; a decision is a command checked against what the page showed (its version 
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 from django.contrib import messages
@@ -32,14 +33,16 @@ def _page_context(request: HttpRequest, approval: Approval, **extra: Any) -> dic
     capability = capabilities.get(call.capability_id)
     properties = capability.input_schema["properties"] if capability else {}
     now = timezone.now()
+    decisions = list(approval.decisions.select_related("user"))
     return {
         "approval": approval,
         "call": call,
         "capability": capability,
-        "decisions": list(approval.decisions.select_related("user")),
+        "decisions": decisions,
         "history": selectors.approval_history(approval=approval),
         "now": now,
         "can_decide": approval.can_be_decided_by(request.user, now),
+        "announcement": announcement(approval, decisions, now),
         "replacement": call.approvals.filter(created_at__gt=approval.created_at)
         .order_by("-created_at")
         .first(),
@@ -70,6 +73,20 @@ def detail(request: HttpRequest, approval_id: str) -> HttpResponse:
             response.status_code = 286
         return response
     return render(request, "approvals/detail.html", context)
+
+
+def announcement(approval: Approval, decisions: list, now: datetime) -> str:
+    """The banner in one sentence, for screen readers: it changes only when the state does."""
+    people = ", ".join(decision.user.username for decision in decisions)
+    if approval.state == Approval.State.PENDING and approval.expires_at <= now:
+        return "Expired without a decision."
+    if approval.state == Approval.State.PENDING:
+        return f"{len(decisions)} of {approval.required_approvers} approvals so far."
+    if approval.state in (Approval.State.APPROVED, Approval.State.CONSUMED):
+        return f"Approved by {people}."
+    if approval.state == Approval.State.REJECTED:
+        return f"Rejected by {decisions[-1].user.username}." if decisions else "Rejected."
+    return f"This approval is {approval.get_state_display().lower()}."
 
 
 def _decide(

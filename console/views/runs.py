@@ -45,8 +45,15 @@ def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
         run = selectors.run_get(tenant=request.user.tenant, run_id=run_id)
     except DomainError as exc:
         raise Http404(exc.message) from exc
+    # Every change of a run or its calls appends an event, so the last sequence number says
+    # whether anything changed since the page last looked: if not, a poll costs one query
+    # and no bytes (htmx swaps nothing on 204).
+    last_seq = selectors.run_last_seq(run=run)
+    if request.htmx and request.GET.get("seen") == str(last_seq):
+        return HttpResponse(status=204)
     tool_calls = list(run_tool_calls(run=run))
     context = {
+        "last_seq": last_seq,
         "run": run,
         # Keep refreshing while anything can still change, even after the run closed.
         "live": run.is_open or not all(call.is_settled for call in tool_calls),
