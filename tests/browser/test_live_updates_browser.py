@@ -47,3 +47,21 @@ def test_a_decision_made_elsewhere_is_announced(
     # The skip link leads past the navigation to the page's content.
     page.keyboard.press("Tab")
     expect(page.get_by_role("link", name="Skip to content")).to_be_focused()
+
+
+def test_a_double_click_on_approve_sends_one_decision(
+    page: Page, live_server, agent: ApiClient, approver: User, sandbox
+) -> None:
+    approval = approval_of(propose(agent, BIG_REFUND))
+    log_in(page, live_server.url, "alice", PASSWORD)
+    page.goto(f"{live_server.url}/approvals/{approval.pk}/")
+    posts = []
+    page.on("request", lambda request: posts.append(request) if request.method == "POST" else None)
+    # Two clicks as an impatient person makes them: the second lands before the page changed.
+    page.get_by_role("button", name="Approve", exact=True).evaluate(
+        "button => { button.click(); setTimeout(() => button.click(), 50); }"
+    )
+    expect(page.locator("#approval-banner")).to_contain_text("Already decided: approved by alice")
+    expect(page.locator(".refusal")).to_have_count(0)  # no error after her own success
+    assert approval.decisions.count() == 1
+    assert len(posts) == 1
