@@ -46,7 +46,7 @@ def desk_items(*, tenant: Tenant) -> list[dict[str, Any]]:
             Q(execution_status__in=ToolCall.UNKNOWN)
             | Q(execution_status=E.DISPATCHING, lease_expires_at__lt=now)
         )
-        .select_related("run")
+        .select_related("run", "desk_owner")
         .annotate(
             unknown_since=_entered("tool_call.result_unknown"),
             human_since=_entered("tool_call.needs_human"),
@@ -83,11 +83,24 @@ def desk_items(*, tenant: Tenant) -> list[dict[str, Any]]:
     return sorted(items, key=lambda item: item["since"])
 
 
+def systems_of(items: list[dict[str, Any]]) -> list[tuple[str, int]]:
+    """The external systems with unknown outcomes on the desk, and how many each (during an
+    outage an admin looks them all up at once)."""
+    counts: dict[str, int] = {}
+    for item in items:
+        call = item["call"]
+        capability = capabilities.get(call.capability_id) if call else None
+        if capability and capability.lookup_path:
+            counts[capability.system] = counts.get(capability.system, 0) + 1
+    return sorted(counts.items())
+
+
 def handoff(call: ToolCall) -> dict[str, Any]:
     """Everything a person needs to decide about one unknown action."""
     run = call.run
     capability = capabilities.get(call.capability_id)
     calls = list(ToolCall.objects.filter(run=run).order_by("id"))
+    events = list(Event.objects.filter(tool_call_id=call.pk).order_by("seq"))
     return {
         "run": run,
         "call": call,
@@ -99,13 +112,34 @@ def handoff(call: ToolCall) -> dict[str, Any]:
         "receipts": list(Receipt.objects.filter(tool_call__run=run).select_related("tool_call")),
         "attempts": list(call.attempts.order_by("number")),
         "approvals": list(Approval.objects.filter(run=run).prefetch_related("decisions__user")),
-        "events": list(Event.objects.filter(tool_call_id=call.pk).order_by("seq")),
+        "events": events,
+        "lookups": [lookup_result(event) for event in events if event.event_type == LOOKED_UP],
         "suggestion": suggestion(call, capability),
         "unresolved": call.is_unknown or call.execution_status == E.DISPATCHING,
     }
 
 
+LOOKED_UP = "tool_call.looked_up"
+
+
+def lookup_result(event: Event) -> dict[str, Any]:
+    """One look-up at the external system, in words: found, not found, or failed (and why)."""
+    payload = event.payload
+    if payload.get("found"):
+        outcome = f"found ({payload.get('external_id', '')})"
+    elif payload.get("error_name"):
+        outcome = f"failed: {payload['error_name']} {payload.get('message', '')}".strip()
+    elif payload.get("within_consistency_window"):
+        outcome = "not found yet (inside the consistency window: proves nothing)"
+    else:
+        outcome = "not found"
+    return {"at": event.occurred_at, "number": payload.get("lookup"), "outcome": outcome}
+
+
 def suggestion(call: ToolCall, capability: capabilities.Capability | None) -> str:
+    """The next step for this call as it is now (recomputed after every resolution)."""
+    if not (call.is_unknown or call.execution_status == E.DISPATCHING):
+        return settled_suggestion(call, capability)
     if call.execution_status == E.DISPATCHING:
         return (
             "Its worker stopped answering (the lease expired): look it up now; the sweeper "
@@ -125,4 +159,26 @@ def suggestion(call: ToolCall, capability: capabilities.Capability | None) -> st
     return (
         f"{call.capability_id} has no look-up and the system does not deduplicate: check "
         "at the system by hand, then mark it confirmed (with its id) or not happened."
+    )
+
+
+def settled_suggestion(call: ToolCall, capability: capabilities.Capability | None) -> str:
+    if call.last_error_name == "tool.did_not_happen" and call.execution_status == E.FAILED:
+        return (
+            "It did not happen: retry it with the same key if it is still wanted, or leave it "
+            "failed and let the run go on."
+        )
+    if call.execution_status == E.FAILED:
+        return f"Nothing more to do here: it failed ({call.last_error_name or 'no error'})."
+    if call.is_verified:
+        compensable = capability and capability.compensation and not call.has_compensation
+        more = (
+            f" If it must be undone, compensate it ({capability.compensation})."
+            if compensable
+            else ""
+        )
+        return f"Nothing to do: it happened and is confirmed ({call.external_id}).{more}"
+    return (
+        f"Nothing to do now: it is {call.get_execution_status_display().lower()}, verification "
+        f"{call.get_verification_status_display().lower()}; it settles by itself."
     )

@@ -22,6 +22,7 @@ approvals_patterns = [
 desk_patterns = [
     path("", desk.desk_list, name="list"),
     path("runs/<str:run_id>/resume/", desk.resume_run, name="resume-run"),
+    path("systems/<str:system>/look-up/", desk.look_up_system, name="look-up-system"),
     path("<str:tool_call_id>/", desk.desk_item, name="item"),
     path("<str:tool_call_id>/look-up/", desk.look_up, name="look-up"),
     path("<str:tool_call_id>/confirm/", desk.mark_confirmed, name="confirm"),
@@ -29,6 +30,7 @@ desk_patterns = [
     path("<str:tool_call_id>/retry/", desk.retry, name="retry"),
     path("<str:tool_call_id>/compensate/", desk.compensate, name="compensate"),
     path("<str:tool_call_id>/abandon/", desk.abandon, name="abandon"),
+    path("<str:tool_call_id>/claim/", desk.claim, name="claim"),
 ]
 
 # Admin pages and /metrics, at the site root.

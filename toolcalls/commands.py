@@ -27,6 +27,7 @@ from toolcalls.sweeps import leases_sweep_expired
 from toolcalls.writes import (
     RECONCILE_TASK,
     capability_of,
+    tool_call_event,
     tool_call_lock,
     tool_call_lock_for_tenant,
     tool_call_transition,
@@ -172,6 +173,43 @@ def desk_look_up(*, tenant: Tenant, tool_call_id: str, user: User) -> None:
     if call.execution_status == E.DISPATCHING:
         leases_sweep_expired()
     tool_call_reconcile_now(tenant=tenant, tool_call_id=tool_call_id, actor=actor_for_user(user))
+
+
+def desk_claim(*, tenant: Tenant, tool_call_id: str, user: User) -> ToolCall:
+    """Take an item on the desk, so other admins see who works on it (taking it over from
+    someone else is allowed and recorded)."""
+    _require_admin(user)
+    with transaction.atomic():
+        call = tool_call_lock_for_tenant(tenant, tool_call_id)
+        if not (call.is_unknown or call.execution_status == E.DISPATCHING):
+            raise DomainError(
+                errors.DESK_NOT_UNKNOWN, f"{call.pk} is {call.execution_status}: nothing to take."
+            )
+        previous = call.desk_owner.username if call.desk_owner else ""
+        call.desk_owner, call.desk_claimed_at = user, timezone.now()
+        call.save(update_fields=["desk_owner", "desk_claimed_at", "updated_at"])
+        tool_call_event(
+            call,
+            "tool_call.desk_claimed",
+            {"by": user.username, **({"from": previous} if previous else {})},
+            actor=actor_for_user(user),
+            producer="desk",
+        )
+    return call
+
+
+def desk_look_up_system(*, tenant: Tenant, system: str, user: User) -> int:
+    """During an outage: look up every unknown outcome at one external system now. Returns
+    how many look-ups were asked for."""
+    _require_admin(user)
+    leases_sweep_expired()  # a dispatch whose worker died is unknown first
+    asked = 0
+    for call in ToolCall.objects.filter(tenant=tenant, execution_status__in=ToolCall.UNKNOWN):
+        capability = capabilities.get(call.capability_id)
+        if capability and capability.system == system and capability.lookup_path:
+            tool_call_reconcile_now(tenant=tenant, tool_call_id=call.pk, actor=actor_for_user(user))
+            asked += 1
+    return asked
 
 
 def desk_mark_confirmed(

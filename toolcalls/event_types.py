@@ -125,6 +125,16 @@ register(
     },
 )
 register(
+    "tool_call.desk_claimed",
+    1,
+    {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["by"],
+        "properties": {"by": STR, "from": STR},
+    },
+)
+register(
     "tool_call.deferred",
     1,
     {

@@ -83,6 +83,11 @@ class ToolCall(FSMModelMixin, models.Model):
     compensation_of = models.OneToOneField(
         "self", null=True, blank=True, on_delete=models.PROTECT, related_name="compensation"
     )
+    # The admin who took this item on the unknowns desk, so others see who has it.
+    desk_owner = models.ForeignKey(
+        "runs.User", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    desk_claimed_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -139,6 +144,10 @@ class ToolCall(FSMModelMixin, models.Model):
     @property
     def is_verified(self) -> bool:
         return self.verification_status == V.CONFIRMED_SUCCESS
+
+    @property
+    def has_compensation(self) -> bool:
+        return ToolCall.objects.filter(compensation_of_id=self.pk).exists()
 
     @property
     def is_on_its_way(self) -> bool:

@@ -23,7 +23,7 @@ from toolcalls.models import ToolCall
 def desk_list(request: HttpRequest) -> HttpResponse:
     items = desk.desk_items(tenant=request.user.tenant)
     template = "toolcalls/desk.html#desk-rows" if request.htmx else "toolcalls/desk.html"
-    return render(request, template, {"items": items})
+    return render(request, template, {"items": items, "systems": desk.systems_of(items)})
 
 
 def _call(request: HttpRequest, tool_call_id: str) -> ToolCall:
@@ -137,6 +137,28 @@ def abandon(request: HttpRequest, tool_call_id: str) -> HttpResponse:
         return "Abandoned."
 
     return _run_command(request, tool_call_id, command)
+
+
+@require_POST
+@tenant_admin_required
+def claim(request: HttpRequest, tool_call_id: str) -> HttpResponse:
+    def command(call: ToolCall, user: User) -> str:
+        commands.desk_claim(tenant=user.tenant, tool_call_id=call.pk, user=user)
+        return "It is yours now: the desk shows the other admins that you have it."
+
+    return _run_command(request, tool_call_id, command)
+
+
+@require_POST
+@tenant_admin_required
+def look_up_system(request: HttpRequest, system: str) -> HttpResponse:
+    asked = commands.desk_look_up_system(
+        tenant=request.user.tenant, system=system, user=request.user
+    )
+    messages.success(
+        request, f"Looking up {asked} unknown call{'s' if asked != 1 else ''} at {system} now."
+    )
+    return redirect("desk:list")
 
 
 @require_POST

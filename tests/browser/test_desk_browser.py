@@ -61,10 +61,15 @@ def test_an_admin_resolves_unknowns_and_compensates(
 
     page.get_by_role("link", name="Handoff packet").first.click()
     expect(page.get_by_role("heading", name="Original request")).to_be_visible()
+    page.get_by_role("button", name="Take this item").click()
+    expect(page.locator("#owner")).to_contain_text("You have this item")
     page.get_by_role("button", name="Look up now").click()
     expect(page.locator("#packet-status")).to_contain_text(
         re.compile("is Completed"), timeout=20_000
     )
+    # The look-up is listed, and the next step now says there is nothing left to do.
+    expect(page.locator("#lookups")).to_contain_text("found (re_")
+    expect(page.locator("#packet-status")).to_contain_text("Nothing to do: it happened")
 
     page.goto(f"{live_server.url}/desk/{by_evidence.pk}/")
     refund_id = sandbox.effects_for(by_evidence.external_request_id)[0]["resource_id"]
@@ -78,8 +83,10 @@ def test_an_admin_resolves_unknowns_and_compensates(
     expect(page.get_by_text("Nothing is unknown")).to_be_visible()
 
     page.goto(f"{live_server.url}/desk/{reserve_id}/")
-    page.get_by_role("button", name=re.compile("Compensate")).click()
+    page.get_by_text("Compensate…").click()  # it asks first: compensating cannot be undone
+    page.get_by_role("button", name=re.compile("Yes, compensate")).click()
     expect(page.get_by_text(re.compile("Compensating with tc_"))).to_be_visible()
+    expect(page.get_by_text("Compensate…")).to_have_count(0)  # not offered once done
     expect(page.locator("#packet-status")).to_contain_text("Compensated", timeout=20_000)
 
     wait_for(lambda: len(sandbox.ledger()) == 4, 10, "the ledger")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from runs.models import Run, Tenant, User
+from runs.models import Event, Run, Tenant, User
 from runs.services import run_start
 from tests.helpers import (
     REFUND,
@@ -196,3 +196,69 @@ def test_a_run_handed_over_without_unknowns_can_be_resumed(admin: Client, tenant
     response = admin.post(f"/desk/runs/{run.pk}/resume/", {"evidence": "customer called back"})
     assert response.status_code == 302
     assert Run.objects.get(pk=run.pk).state == "active"
+
+
+def test_after_a_look_up_the_packet_lists_it_and_suggests_nothing_more(
+    admin: Client, agent, sandbox: Sandbox
+) -> None:
+    call = unknown_call(agent, sandbox)
+    before = admin.get(f"/desk/{call.pk}/").content.decode()
+    assert "Look it up now at payments" in before and "None yet." in before
+    command(admin, call, "look_up")
+    run_due()
+    page = admin.get(f"/desk/{call.pk}/").content.decode()
+    assert "#1" in page and "found (re_" in page
+    assert "Nothing to do: it happened and is confirmed" in page
+    assert "last error" not in page  # the timeout that sent it here is no longer current
+
+
+def test_an_admin_takes_an_item_and_the_others_see_who_has_it(
+    admin: Client, admin_user: User, tenant: Tenant, agent, sandbox: Sandbox
+) -> None:
+    call = unknown_call(agent, sandbox)
+    assert command(admin, call, "claim").status_code == 302
+    other = logged_in(make_user("oscar", tenant, User.Role.ADMIN))
+    assert "olivia has it" in other.get("/desk/").content.decode()
+    assert "Take it over from olivia" in other.get(f"/desk/{call.pk}/").content.decode()
+    command(other, call, "claim")
+    call.refresh_from_db()
+    assert call.desk_owner.username == "oscar"
+    claims = Event.objects.filter(tool_call_id=call.pk, event_type="tool_call.desk_claimed")
+    assert [e.payload for e in claims.order_by("seq")] == [
+        {"by": "olivia"},
+        {"by": "oscar", "from": "olivia"},
+    ]
+
+
+def test_during_an_outage_every_unknown_at_one_system_is_looked_up_at_once(
+    admin: Client, agent, sandbox: Sandbox
+) -> None:
+    calls = [unknown_call(agent, sandbox, intent=f"i-{n}") for n in range(3)]
+    page = admin.get("/desk/").content.decode()
+    assert "Look up all 3 at payments" in page
+    response = admin.post("/desk/systems/payments/look-up/", follow=True)
+    assert "Looking up 3 unknown calls at payments now." in response.content.decode()
+    run_due()
+    assert {ToolCall.objects.get(pk=c.pk).execution_status for c in calls} == {"completed"}
+    assert len(sandbox.ledger("payments")) == 3
+
+
+def test_compensate_and_abandon_ask_first_and_compensate_is_gone_once_done(
+    admin: Client, agent, sandbox: Sandbox
+) -> None:
+    call = unknown_call(agent, sandbox)
+    page = admin.get(f"/desk/{call.pk}/").content.decode()
+    assert "<summary>Abandon…</summary>" in page and "Yes, abandon it" in page
+    reserve = propose(
+        agent,
+        {"warehouse_id": "wh-acme-1", "sku": "PART-100", "quantity": 1, "order_id": "order-002"},
+        capability="reserve-stock-v1",
+        intent="reserve",
+    )
+    run_due()
+    page = admin.get(f"/desk/{reserve['tool_call_id']}/").content.decode()
+    assert "<summary>Compensate…</summary>" in page
+    reserved = ToolCall.objects.get(pk=reserve["tool_call_id"])
+    assert command(admin, reserved, "compensate").status_code == 302
+    page = admin.get(f"/desk/{reserved.pk}/").content.decode()
+    assert "Compensate…" not in page
