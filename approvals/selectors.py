@@ -6,7 +6,7 @@ from django.db.models import Case, Count, IntegerField, Q, QuerySet, Value, When
 
 from approvals.models import Approval
 from runs.errors import not_found
-from runs.models import Event, Tenant
+from runs.models import Event, Tenant, User
 
 RISK_ORDER = Case(
     When(risk="high", then=Value(0)),
@@ -27,6 +27,17 @@ def inbox(*, tenant: Tenant) -> QuerySet[Approval]:
             approved_count=Count("decisions", filter=~Q(decisions__decision="reject")),
         )
         .order_by("expires_at", "risk_rank", "id")
+    )
+
+
+def next_for(*, user: User, after: Approval) -> Approval | None:
+    """The next approval in the inbox's order that this person can still decide."""
+    return (
+        inbox(tenant=user.tenant)
+        .exclude(pk=after.pk)
+        .exclude(decisions__user=user)
+        .exclude(requested_by=user)
+        .first()
     )
 
 

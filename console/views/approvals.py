@@ -47,6 +47,7 @@ def _page_context(request: HttpRequest, approval: Approval, **extra: Any) -> dic
         .order_by("-created_at")
         .first(),
         "already_approved_by_me": approval.decisions.filter(user=request.user).exists(),
+        "next_approval": selectors.next_for(user=request.user, after=approval),
         "edit_fields": [
             {"name": name, "type": spec.get("type", "string"), "value": approval.args.get(name, "")}
             for name, spec in properties.items()
@@ -108,20 +109,37 @@ def _decide(
     except DomainError as exc:
         context = _page_context(request, _get(request, approval_id), refusal=exc)
         return render(request, "approvals/detail.html", context, status=exc.status)
-    messages.success(request, done)
+    messages.success(request, f"{done} — {what_happens_now(current)}")
     return redirect("approvals:detail", current.pk)
+
+
+def what_happens_now(approval: Approval) -> str:
+    """The flash after a decision says what it led to, not only what was clicked."""
+    approval.refresh_from_db()
+    if approval.state == Approval.State.PENDING:
+        missing = approval.required_approvers - approval.approvals_so_far
+        return (
+            f"{approval.approvals_so_far} of {approval.required_approvers}, waiting for "
+            f"{'a second' if missing == 1 else str(missing) + ' more'} approver"
+            f"{'s' if missing > 1 else ''}."
+        )
+    if approval.state == Approval.State.REJECTED:
+        return "the call will not run, and the agent is told why."
+    if approval.state == Approval.State.INVALIDATED:
+        return "the edited arguments need no approval: the call is on its way."
+    return "the call is on its way."
 
 
 @require_POST
 @tenant_member_required
 def approve(request: HttpRequest, approval_id: str) -> HttpResponse:
-    return _decide(request, approval_id, gate.tool_call_approve, "Approved.")
+    return _decide(request, approval_id, gate.tool_call_approve, "Approved")
 
 
 @require_POST
 @tenant_member_required
 def reject(request: HttpRequest, approval_id: str) -> HttpResponse:
-    return _decide(request, approval_id, gate.tool_call_reject, "Rejected.")
+    return _decide(request, approval_id, gate.tool_call_reject, "Rejected")
 
 
 @require_POST
@@ -132,7 +150,7 @@ def approve_with_edits(request: HttpRequest, approval_id: str) -> HttpResponse:
     def decision(**command: Any) -> Approval:
         return gate.tool_call_approve_with_edits(**command, edits=_edits(request, approval))
 
-    return _decide(request, approval_id, decision, "Approved with your edits.")
+    return _decide(request, approval_id, decision, "Approved with your edits")
 
 
 def _edits(request: HttpRequest, approval: Approval) -> dict[str, Any]:

@@ -93,7 +93,9 @@ def test_approve_with_edits_sends_the_edited_amount(
     page.get_by_label("amount_cents").fill("15000")
     page.get_by_label("Reason", exact=True).fill("half is fair")
     page.get_by_role("button", name="Approve with edits").click()
-    expect(page.get_by_text("Approved with your edits.")).to_be_visible()
+    expect(
+        page.get_by_text("Approved with your edits — the edited arguments need no approval")
+    ).to_be_visible()
     expect(page.locator("#approval-banner")).to_contain_text("Invalidated")
     wait_for(lambda: len(sandbox.ledger("payments")) == 1, 20, "the edited refund")
     assert sandbox.ledger("payments")[0]["payload"]["amount_cents"] == 15000
