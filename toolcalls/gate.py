@@ -23,12 +23,12 @@ from approvals.models import Approval, ApprovalDecision, Policy
 from approvals.policies import Requirement, current_policy, requirement
 from runs import outbox
 from runs.canonical import digest
-from runs.errors import not_found
+from runs.errors import DomainError, not_found
 from runs.models import Tenant, User
 from runs.services import actor_for_user
-from toolcalls import capabilities, lifecycle
+from toolcalls import capabilities, errors, lifecycle
 from toolcalls.capabilities import Capability
-from toolcalls.checks import arguments_check
+from toolcalls.checks import arguments_check, edits_check
 from toolcalls.models import E, ToolCall
 from toolcalls.writes import (
     DISPATCH_TASK,
@@ -207,8 +207,40 @@ def _lock_both(tenant: Tenant, approval_id: str) -> tuple[Approval, ToolCall]:
     return approval, tool_call_lock(approval.tool_call_id)
 
 
-@transaction.atomic
+def _approval_to_decide(
+    tenant: Tenant, approval_id: str, user: User, seen: dict[str, Any]
+) -> tuple[Approval, Capability | None]:
+    """The approval as the person's decision finds it, before anything is locked: refused
+    early (who, which page) so that no check reaches an external system for nothing. The
+    locked transaction checks the same again."""
+    approval = (
+        Approval.objects.select_related("tenant", "run", "tool_call")
+        .filter(tenant=tenant, pk=approval_id)
+        .first()
+    )
+    if approval is None:
+        raise not_found("approval", approval_id)
+    approvals.approval_check_decision(approval=approval, user=user, **seen)
+    return approval, capabilities.get(approval.tool_call.capability_id)
+
+
 def tool_call_approve(
+    *,
+    tenant: Tenant,
+    approval_id: str,
+    user: User,
+    seen_version: int,
+    seen_summary_hash: str,
+    reason: str = "",
+) -> Approval:
+    """Approve the call as it stands."""
+    seen = {"seen_version": seen_version, "seen_summary_hash": seen_summary_hash}
+    _approval_to_decide(tenant, approval_id, user, seen)
+    return _approve(tenant=tenant, approval_id=approval_id, user=user, reason=reason, **seen)
+
+
+@transaction.atomic
+def _approve(
     *,
     tenant: Tenant,
     approval_id: str,
@@ -259,18 +291,19 @@ def tool_call_approve_with_edits(
     edits: dict[str, Any],
     reason: str = "",
 ) -> Approval:
-    """Approve different arguments: they are validated like a proposal, get their own digest
-    and are judged by the policy again (raising an amount may need more approvers). The call's
-    arguments are replaced in place (the old ones stay in its events). Returns the approval
-    that now stands for the call."""
-    approval = (
-        Approval.objects.select_related("tenant", "tool_call")
-        .filter(tenant=tenant, pk=approval_id)
-        .first()
-    )
-    if approval is None:
-        raise not_found("approval", approval_id)
-    capability = capabilities.get(approval.tool_call.capability_id)
+    """Approve different arguments: never the fields that identify the object (the call keeps
+    its object, revision and key), each value exactly of its schema's type; then they are
+    validated like a proposal, get their own digest and are judged by the policy again
+    (raising an amount may need more approvers). The call's arguments are replaced in place
+    (the old ones stay in its events). Returns the approval that now stands for the call."""
+    seen = {"seen_version": seen_version, "seen_summary_hash": seen_summary_hash}
+    approval, capability = _approval_to_decide(tenant, approval_id, user, seen)
+    if capability is None:
+        raise DomainError(
+            errors.CAPABILITY_UNKNOWN,
+            f"{approval.tool_call.capability_id} is no longer a capability here; reject it.",
+        )
+    edits_check(capability, approval.args, edits)
     new_args = {**approval.args, **edits}
     arguments_check(tenant, capability, new_args)
     diff = {
@@ -278,11 +311,8 @@ def tool_call_approve_with_edits(
         for key, value in new_args.items()
         if approval.args.get(key) != value
     }
-    seen = {"seen_version": seen_version, "seen_summary_hash": seen_summary_hash}
     if not diff:
-        return tool_call_approve(
-            tenant=tenant, approval_id=approval_id, user=user, reason=reason, **seen
-        )
+        return _approve(tenant=tenant, approval_id=approval_id, user=user, reason=reason, **seen)
     with transaction.atomic():
         approval, call = _lock_both(tenant, approval_id)
         approvals.approval_check_decision(approval=approval, user=user, **seen)

@@ -18,6 +18,8 @@ from approvals.models import Approval
 from runs.errors import DomainError
 from runs.permissions import tenant_member_required
 from toolcalls import capabilities, gate
+from toolcalls.capabilities import Capability
+from toolcalls.checks import edit_value, invalid
 
 
 @tenant_member_required
@@ -27,10 +29,25 @@ def inbox(request: HttpRequest) -> HttpResponse:
     return render(request, template, {"approvals": approvals, "now": timezone.now()})
 
 
+def _edit_fields(approval: Approval, capability: Capability | None) -> list[dict[str, Any]]:
+    """The form of approve-with-edits: every argument, those that identify the object shown
+    read-only (the service refuses an edit of them anyway)."""
+    if capability is None:
+        return []
+    return [
+        {
+            "name": name,
+            "type": spec.get("type", "string"),
+            "value": approval.args.get(name, ""),
+            "editable": name not in capability.identity_fields,
+        }
+        for name, spec in capability.input_schema["properties"].items()
+    ]
+
+
 def _page_context(request: HttpRequest, approval: Approval, **extra: Any) -> dict[str, Any]:
     call = approval.tool_call
     capability = capabilities.get(call.capability_id)
-    properties = capability.input_schema["properties"] if capability else {}
     now = timezone.now()
     return {
         "approval": approval,
@@ -44,10 +61,7 @@ def _page_context(request: HttpRequest, approval: Approval, **extra: Any) -> dic
         .order_by("-created_at")
         .first(),
         "already_approved_by_me": approval.decisions.filter(user=request.user).exists(),
-        "edit_fields": [
-            {"name": name, "type": spec.get("type", "string"), "value": approval.args.get(name, "")}
-            for name, spec in properties.items()
-        ],
+        "edit_fields": _edit_fields(approval, capability),
         **extra,
     }
 
@@ -119,18 +133,21 @@ def approve_with_edits(request: HttpRequest, approval_id: str) -> HttpResponse:
 
 
 def _edits(request: HttpRequest, approval: Approval) -> dict[str, Any]:
-    """The fields the approver changed, typed by the capability's schema."""
+    """The fields the approver changed, parsed strictly as the capability's schema types them
+    (the service checks the values again, and refuses fields that identify the object)."""
     capability = capabilities.get(approval.tool_call.capability_id)
+    if capability is None:
+        return {}
     edits: dict[str, Any] = {}
+    problems = []
     for name, spec in capability.input_schema["properties"].items():
         raw = request.POST.get(f"edit__{name}")
         if raw is None or raw == str(approval.args.get(name, "")):
             continue
-        if spec.get("type") == "integer":
-            try:
-                edits[name] = int(raw)
-            except ValueError:
-                edits[name] = raw  # the schema check names the field
-        else:
-            edits[name] = raw
+        try:
+            edits[name] = edit_value(spec, raw)
+        except ValueError as exc:
+            problems.append({"field": f"args.{name}", "problem": str(exc)})
+    if problems:
+        raise invalid(problems)
     return edits

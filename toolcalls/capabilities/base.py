@@ -80,6 +80,10 @@ class Capability:
     reversible: bool
     input_schema: dict[str, Any]
     object_ref: Callable[[dict[str, Any]], str]
+    # The arguments that say which object the call acts on: the ones `object_ref` reads. An
+    # approver may not edit them (the object, its revision and the idempotency key were fixed
+    # from them at proposal); `register` checks that `object_ref` reads no other.
+    identity_fields: tuple[str, ...]
     build_request: Callable[[dict[str, Any]], Request]
     summary: Callable[[dict[str, Any]], str]
     business_check: Callable[[TrustedData, dict[str, Any]], Problems]
@@ -155,8 +159,41 @@ REGISTRY: dict[str, Capability] = {}
 
 def register(capability: Capability) -> Capability:
     jsonschema.Draft202012Validator.check_schema(capability.input_schema)
+    _check_identity_fields(capability)
     REGISTRY[capability.id] = capability
     return capability
+
+
+class _ReadRecorder(dict):
+    """The schema's example, noting which keys `object_ref` reads."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.read: set[str] = set()
+
+    def __getitem__(self, key: str) -> Any:
+        self.read.add(key)
+        return super().__getitem__(key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self.read.add(key)
+        return super().get(key, default)
+
+
+def _check_identity_fields(capability: Capability) -> None:
+    """Identity fields are required arguments, and `object_ref` reads nothing else: an edit of
+    any other field leaves the call on the same object."""
+    identity = set(capability.identity_fields)
+    if not identity or not identity <= set(capability.input_schema.get("required", [])):
+        raise ValueError(f"{capability.id}: identity_fields must name required arguments")
+    for example in capability.input_schema.get("examples", []):
+        recorder = _ReadRecorder(example)
+        capability.object_ref(recorder)
+        if not recorder.read <= identity:
+            raise ValueError(
+                f"{capability.id}: object_ref reads {sorted(recorder.read)}, "
+                f"not only identity_fields {sorted(identity)}"
+            )
 
 
 def get(capability_id: str) -> Capability | None:

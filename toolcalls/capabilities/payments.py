@@ -38,6 +38,7 @@ register(
         reversible=True,
         input_schema=schema({"order_id": ORDER_ID}, ["order_id"], {"order_id": "order-001"}),
         object_ref=lambda a: f"order:{a['order_id']}",
+        identity_fields=("order_id",),
         build_request=lambda a: Request("GET", f"/orders/{a['order_id']}"),
         summary=lambda a: f"Read order {a['order_id']}.",
         business_check=_check_order,
@@ -107,6 +108,7 @@ register(
             },
         ),
         object_ref=lambda a: f"order:{a['order_id']}",
+        identity_fields=("order_id",),
         build_request=lambda a: Request("POST", "/refunds", dict(a)),
         summary=lambda a: (
             f"Refund {a['amount_cents'] / 100:.2f} {a['currency'].upper()} on order "
