@@ -1,16 +1,18 @@
 """Checks of a call's arguments against its contract and against trusted data, shared by
-proposals, approvers' edits and compensations."""
+proposals, approvers' decisions and edits, and compensations."""
 
 from __future__ import annotations
 
 import re
+from functools import partial
 from typing import Any
 
 from approvals.errors import EDIT_NOT_ALLOWED
 from runs.errors import DomainError
 from runs.models import Tenant
-from toolcalls import errors
+from toolcalls import errors, selectors
 from toolcalls.capabilities import Capability, TrustedData, UpstreamUnavailable
+from toolcalls.capabilities.base import OpenCall
 
 # An integer typed into a form: ASCII digits with an optional leading minus, at most 15 of
 # them (below 2^53, what canonical JSON carries). Not "١٢٣", "12_300", " 7", "+7" or "1e3",
@@ -26,10 +28,31 @@ def invalid(problems: list[dict[str, str]]) -> DomainError:
     )
 
 
-def business_check(tenant: Tenant, capability: Capability, args: dict[str, Any]) -> list[dict]:
-    """The contract's server-side check, against what the external system says."""
+def _open_calls(
+    tenant: Tenant, exclude: str | None, capability_id: str, object_ref: str
+) -> list[OpenCall]:
+    return [
+        OpenCall(
+            id=call.pk,
+            args=call.args,
+            execution_status=call.execution_status,
+            external_request_id=call.external_request_id,
+            external_id=call.external_id,
+        )
+        for call in selectors.calls_effect_pending(
+            tenant=tenant, capability_id=capability_id, object_ref=object_ref, exclude=exclude
+        )
+    ]
+
+
+def business_check(
+    tenant: Tenant, capability: Capability, args: dict[str, Any], *, exclude: str | None = None
+) -> list[dict]:
+    """The contract's server-side check, against what the external system says and what our
+    own not-yet-final calls on the object will still do (`exclude`: the call being checked)."""
+    data = TrustedData(tenant.slug, open_calls=partial(_open_calls, tenant, exclude))
     try:
-        return capability.business_check(TrustedData(tenant.slug), args)
+        return capability.business_check(data, args)
     except UpstreamUnavailable as exc:
         raise DomainError(
             errors.CHECK_UNAVAILABLE,
@@ -38,9 +61,13 @@ def business_check(tenant: Tenant, capability: Capability, args: dict[str, Any])
         ) from exc
 
 
-def arguments_check(tenant: Tenant, capability: Capability, args: Any) -> None:
+def arguments_check(
+    tenant: Tenant, capability: Capability, args: Any, *, exclude: str | None = None
+) -> None:
     """Schema first (cheap, local), then the business check; raises the problems found."""
-    problems = capability.validate(args) or business_check(tenant, capability, args)
+    problems = capability.validate(args) or business_check(
+        tenant, capability, args, exclude=exclude
+    )
     if problems:
         raise invalid(problems)
 

@@ -28,7 +28,7 @@ from runs.models import Tenant, User
 from runs.services import actor_for_user
 from toolcalls import capabilities, errors, lifecycle
 from toolcalls.capabilities import Capability
-from toolcalls.checks import arguments_check, edits_check
+from toolcalls.checks import arguments_check, business_check, edits_check
 from toolcalls.models import E, ToolCall
 from toolcalls.writes import (
     DISPATCH_TASK,
@@ -224,6 +224,24 @@ def _approval_to_decide(
     return approval, capabilities.get(approval.tool_call.capability_id)
 
 
+def _check_still_passes(tenant: Tenant, approval: Approval, capability: Capability | None) -> None:
+    """What was true at proposal may not be now (another refund of the order went out, or is
+    on its way): the business check runs again, against the external system and our other
+    calls on the object, and a call that would fail there is not approved. Outside any lock:
+    it reads the external system."""
+    if capability is None:
+        return  # its contract left the code: dispatch fails it as capability.unknown
+    problems = business_check(tenant, capability, approval.args, exclude=approval.tool_call_id)
+    if problems:
+        raise DomainError(
+            approval_errors.CHECK_FAILED,
+            f"Not approved: the call would fail at {capability.system} now (the problems are "
+            "listed). Reject it, or approve it with edits that pass.",
+            status=409,
+            details=problems,
+        )
+
+
 def tool_call_approve(
     *,
     tenant: Tenant,
@@ -233,9 +251,10 @@ def tool_call_approve(
     seen_summary_hash: str,
     reason: str = "",
 ) -> Approval:
-    """Approve the call as it stands."""
+    """Approve the call as it stands, if it still passes its business check."""
     seen = {"seen_version": seen_version, "seen_summary_hash": seen_summary_hash}
-    _approval_to_decide(tenant, approval_id, user, seen)
+    approval, capability = _approval_to_decide(tenant, approval_id, user, seen)
+    _check_still_passes(tenant, approval, capability)
     return _approve(tenant=tenant, approval_id=approval_id, user=user, reason=reason, **seen)
 
 
@@ -305,7 +324,7 @@ def tool_call_approve_with_edits(
         )
     edits_check(capability, approval.args, edits)
     new_args = {**approval.args, **edits}
-    arguments_check(tenant, capability, new_args)
+    arguments_check(tenant, capability, new_args, exclude=approval.tool_call_id)
     diff = {
         key: {"from": approval.args.get(key), "to": value}
         for key, value in new_args.items()

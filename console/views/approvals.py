@@ -16,8 +16,10 @@ from django.views.decorators.http import require_POST
 from approvals import selectors
 from approvals.models import Approval
 from runs.errors import DomainError
+from runs.models import Tenant
 from runs.permissions import tenant_member_required
 from toolcalls import capabilities, gate
+from toolcalls import selectors as toolcall_selectors
 from toolcalls.capabilities import Capability
 from toolcalls.checks import edit_value, invalid
 
@@ -45,6 +47,24 @@ def _edit_fields(approval: Approval, capability: Capability | None) -> list[dict
     ]
 
 
+def _other_calls(
+    tenant: Tenant, approval: Approval, capability: Capability | None
+) -> dict[str, Any]:
+    """The other calls of this capability on this object that are not final (or not yet
+    confirmed): "other refunds of this order", which count against what is refundable."""
+    calls = toolcall_selectors.calls_effect_pending(
+        tenant=tenant,
+        capability_id=approval.tool_call.capability_id,
+        object_ref=approval.object_ref,
+        exclude=approval.tool_call_id,
+    )[:20]
+    if capability is not None and capability.action == "refund":
+        title = "Other refunds of this order"
+    else:
+        title = f"Other calls of {approval.tool_call.capability_id} on {approval.object_ref}"
+    return {"title": title, "calls": list(calls)}
+
+
 def _page_context(request: HttpRequest, approval: Approval, **extra: Any) -> dict[str, Any]:
     call = approval.tool_call
     capability = capabilities.get(call.capability_id)
@@ -62,6 +82,7 @@ def _page_context(request: HttpRequest, approval: Approval, **extra: Any) -> dic
         .first(),
         "already_approved_by_me": approval.decisions.filter(user=request.user).exists(),
         "edit_fields": _edit_fields(approval, capability),
+        "others": _other_calls(request.user.tenant, approval, capability),
         **extra,
     }
 

@@ -42,13 +42,41 @@ class Request:
     body: dict[str, Any] | None = None
 
 
+@dataclass(frozen=True)
+class OpenCall:
+    """Another tool call of this tenant on the same object whose effect may not yet show at
+    the external system (awaiting approval, in flight, unknown, or accepted and not yet seen
+    there). A business check counts it against what the object still allows."""
+
+    id: str
+    args: dict[str, Any]
+    execution_status: str
+    external_request_id: str
+    external_id: str
+
+
+OpenCalls = Callable[[str, str], list[OpenCall]]
+
+
 class TrustedData:
     """Reads at the external system with server-side credentials, for business checks and
-    verification. A read that fails raises UpstreamUnavailable."""
+    verification. A read that fails raises UpstreamUnavailable.
 
-    def __init__(self, tenant_slug: str, timeout: float = 5.0) -> None:
+    `open_calls(capability_id, object_ref)` reads our own stored state: the tenant's other
+    calls of that capability on that object that are not final (toolcalls/checks.py gives
+    it; without it a check sees none)."""
+
+    def __init__(
+        self, tenant_slug: str, timeout: float = 5.0, open_calls: OpenCalls | None = None
+    ) -> None:
         self.tenant_slug = tenant_slug
         self.timeout = timeout
+        self._open_calls = open_calls
+
+    def open_calls(self, capability_id: str, object_ref: str) -> list[OpenCall]:
+        if self._open_calls is None:
+            return []
+        return self._open_calls(capability_id, object_ref)
 
     def get(self, system: str, path: str) -> dict[str, Any] | None:
         endpoint = connectors.endpoint_for(self.tenant_slug, system)
