@@ -18,6 +18,7 @@ from tests.helpers import (
 )
 from tests.sandbox_process import Sandbox
 from tests.toolcalls.inline_worker import run_due
+from toolcalls import dispatch
 
 
 def refund(cents: int, order_id: str = "order-002") -> dict:
@@ -50,6 +51,19 @@ def test_a_refund_the_payment_system_shows_is_not_counted_twice(
     assert tool_call_of(done).verification_status == "confirmed_success"
     assert sandbox.order("order-002")["refundable_cents"] == 30000
     assert propose(agent, refund(30000), run_id=run_id, intent="rest")["tool_call_id"]
+
+
+def test_an_unknown_refund_the_payment_system_shows_is_not_counted_twice(
+    agent: ApiClient, sandbox: Sandbox
+) -> None:
+    sandbox.faults(system="payments", drop_response_after_commit=1.0, times=1)
+    lost = propose(agent, refund(5000), intent="lost")
+    dispatch.tool_call_dispatch(tool_call_id=lost["tool_call_id"])
+    assert tool_call_of(lost).execution_status == "result_unknown"
+    assert sandbox.order("order-002")["refundable_cents"] == 30000  # it did land
+    refused = propose(agent, refund(30001), intent="too-much", status=422)
+    assert lost["tool_call_id"] not in refused["error"]["details"][0]["problem"]
+    assert propose(agent, refund(30000), intent="rest")["tool_call_id"]
 
 
 def test_the_approval_page_lists_the_other_refunds_of_the_order(
