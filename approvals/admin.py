@@ -8,7 +8,7 @@ from django.db import transaction
 from django.db.models import Max
 from django.http import HttpRequest
 
-from approvals.models import Approval, ApprovalDecision, Policy
+from approvals.models import Approval, ApprovalDecision, Notification, Policy
 from approvals.policies import validate_rules
 from runs.admin import ReadOnlyAdmin
 
@@ -25,6 +25,11 @@ class PolicyForm(forms.ModelForm):
             "escalation_group",
             "escalate_before_seconds",
         ]
+
+        help_texts = {
+            "escalation_group": "Comma-separated: email addresses, and names of auth groups "
+            "(their active members of this tenant with an address are mailed).",
+        }
 
     def clean_rules(self) -> Any:
         rules = self.cleaned_data["rules"]
@@ -68,9 +73,22 @@ class DecisionInline(admin.TabularInline):
         return False
 
 
+class NotificationInline(admin.TabularInline):
+    """The approval's emails: to whom, how many tries, and when each was recorded as sent."""
+
+    model = Notification
+    extra = 0
+    can_delete = False
+    fields = ("kind", "recipients", "attempts", "claimed_until", "sent_at", "created_at")
+    readonly_fields = fields
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
 @admin.register(Approval)
 class ApprovalAdmin(ReadOnlyAdmin):
     list_display = ("id", "tenant", "state", "rule_name", "required_approvers", "expires_at")
     list_filter = ("tenant", "state")
     search_fields = ("id", "tool_call__id", "run__id")
-    inlines = [DecisionInline]
+    inlines = [DecisionInline, NotificationInline]

@@ -15,3 +15,4 @@ REASON_REQUIRED = "approval.reason_required"  # a rejection says why
 INVALID_STATE = "approval.invalid_state"  # a transition its state does not allow
 NOT_APPROVED = "approval.not_approved"  # dispatch found the call's approval not approved
 EDIT_NOT_ALLOWED = "approval.edit_not_allowed"  # an edit of a field the contract fixes
+CHECK_FAILED = "approval.check_failed"  # the call would fail its business check now

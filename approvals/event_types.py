@@ -65,7 +65,12 @@ register(
         "type": "object",
         "additionalProperties": False,
         "required": ["to", "expires_at"],
-        "properties": {"to": {"type": "array", "items": STR}, "expires_at": STR},
+        "properties": {
+            "to": {"type": "array", "items": STR},
+            "expires_at": STR,
+            # Targets of the escalation group that named nobody (no such address or group).
+            "unresolved": {"type": "array", "items": STR},
+        },
     },
 )
 register(

@@ -36,7 +36,9 @@ class Policy(models.Model):
     rules = models.JSONField(default=list, blank=True)
     expiry_seconds = models.PositiveIntegerField(default=24 * 3600)
     on_expiry = models.CharField(max_length=20, choices=OnExpiry.choices, default=OnExpiry.CANCEL)
-    # Who hears about approvals close to expiry: comma-separated email addresses.
+    # Who hears about approvals close to expiry: comma-separated targets, each an email address
+    # or the name of a Django auth group, whose active members of the tenant are mailed
+    # (approvals/notifications.py).
     escalation_group = models.CharField(max_length=500, blank=True)
     escalate_before_seconds = models.PositiveIntegerField(default=3600)
     created_by = models.CharField(max_length=200, blank=True)
@@ -94,7 +96,9 @@ class Approval(FSMModelMixin, models.Model):
         User, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     expires_at = models.DateTimeField()
+    # When beat decided to escalate it (its email is a Notification, sent through the outbox).
     escalated_at = models.DateTimeField(null=True, blank=True)
+    # When the approvers' email was recorded as sent.
     notified_at = models.DateTimeField(null=True, blank=True)
     # Bumped by every change: a form rendered at another version is stale.
     version = models.PositiveIntegerField(default=1)
@@ -191,3 +195,33 @@ class ApprovalDecision(models.Model):
     def __str__(self) -> str:
         # How the approval page names who decided.
         return self.user.username
+
+
+class Notification(models.Model):
+    """One email about an approval, sent at least once and recorded once, by its send key.
+
+    Its outbox message is done only after the send: a send that fails is tried again. A task
+    claims the send for a lease (a second delivery of the message leaves it to the first),
+    sends, then records `sent_at`; a crash between the send and the record sends it one more
+    time, never zero times (approvals/notifications.py)."""
+
+    class Kind(models.TextChoices):
+        APPROVERS = "approvers", "Approval needed"
+        ESCALATION = "escalation", "Escalation"
+
+    send_key = models.CharField(max_length=200, unique=True)
+    approval = models.ForeignKey(Approval, on_delete=models.PROTECT, related_name="notifications")
+    kind = models.CharField(max_length=20, choices=Kind.choices)
+    recipients = models.JSONField(default=list)
+    subject = models.CharField(max_length=200)
+    # A task is sending it until then; after, another may (the first died mid-send).
+    claimed_until = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    sent_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.send_key} ({'sent' if self.sent_at else 'not sent'})"

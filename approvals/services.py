@@ -14,10 +14,6 @@ from datetime import timedelta
 from hashlib import sha256
 from typing import Any
 
-from django.conf import settings
-from django.core.mail import send_mail
-from django.db import transaction
-from django.urls import reverse
 from django.utils import timezone
 
 from approvals.errors import (
@@ -38,6 +34,7 @@ from runs.errors import DomainError, not_found
 from runs.models import Tenant, User
 from runs.services import actor_for_user
 
+# The approvers' email (approvals/notifications.py), enqueued with the approval.
 NOTIFY_TASK = "approvals.notify"
 
 
@@ -289,79 +286,3 @@ def approval_record_edit(*, approval: Approval, user: User, reason: str, diff: d
         producer="console",
         reason=f"arguments edited by {user.username}",
     )
-
-
-# --- escalation and notification ------------------------------------------------------------
-
-
-def approvals_escalate_due(*, limit: int = 200) -> int:
-    """Email the escalation group about pending approvals close to expiry, once each."""
-    escalated = 0
-    candidates = Approval.objects.filter(
-        state=Approval.State.PENDING, escalated_at=None
-    ).select_related("policy", "run", "tool_call")[:limit]
-    for approval in candidates:
-        before = timedelta(seconds=approval.policy.escalate_before_seconds)
-        if approval.expires_at - before > timezone.now():
-            continue
-        recipients = [a.strip() for a in approval.policy.escalation_group.split(",") if a.strip()]
-        with transaction.atomic():
-            # A conditional update: two beats never both escalate it.
-            claimed = Approval.objects.filter(pk=approval.pk, escalated_at=None).update(
-                escalated_at=timezone.now()
-            )
-            if not claimed:
-                continue
-            events.append(
-                run=approval.run,
-                event_type="approval.escalated",
-                payload={"to": recipients, "expires_at": approval.expires_at.isoformat()},
-                producer="beat",
-                actor="system:escalation",
-                ids=approval_ids(approval),
-            )
-            if recipients:
-                transaction.on_commit(
-                    lambda a=approval, r=recipients: _mail(
-                        a, r, f"Escalation: approval {a.pk} expires soon"
-                    )
-                )
-        escalated += 1
-    return escalated
-
-
-def approval_notify_approvers(*, approval_id: str) -> int:
-    """Email the tenant's approvers a link to the approval page. Once per approval."""
-    approval = Approval.objects.select_related("tenant").filter(pk=approval_id).first()
-    if approval is None or approval.state != Approval.State.PENDING:
-        return 0
-    claimed = Approval.objects.filter(pk=approval_id, notified_at=None).update(
-        notified_at=timezone.now()
-    )
-    if not claimed:
-        return 0
-    recipients = list(
-        User.objects.filter(
-            tenant=approval.tenant,
-            role__in=[User.Role.APPROVER, User.Role.ADMIN],
-            is_active=True,
-        )
-        .exclude(email="")
-        .exclude(pk=approval.requested_by_id)
-        .values_list("email", flat=True)
-    )
-    if recipients:
-        _mail(approval, recipients, f"Approval needed: {approval.summary}")
-    return len(recipients)
-
-
-def _mail(approval: Approval, recipients: list[str], subject: str) -> None:
-    link = settings.COUNTERSIGN_BASE_URL.rstrip("/") + reverse(
-        "approvals:detail", args=[approval.pk]
-    )
-    body = (
-        f"{approval.summary}\n\nRisk: {approval.risk}. Rule: {approval.rule_name} "
-        f"(policy v{approval.policy_version}). Expires {approval.expires_at:%Y-%m-%d %H:%M} UTC."
-        f"\n\nDecide here: {link}\n"
-    )
-    send_mail(subject[:200], body, None, recipients)

@@ -23,12 +23,12 @@ from approvals.models import Approval, ApprovalDecision, Policy
 from approvals.policies import Requirement, current_policy, requirement
 from runs import outbox
 from runs.canonical import digest
-from runs.errors import not_found
+from runs.errors import DomainError, not_found
 from runs.models import Tenant, User
 from runs.services import actor_for_user
-from toolcalls import capabilities, lifecycle
+from toolcalls import capabilities, errors, lifecycle
 from toolcalls.capabilities import Capability
-from toolcalls.checks import arguments_check
+from toolcalls.checks import arguments_check, business_check, edits_check
 from toolcalls.models import E, ToolCall
 from toolcalls.writes import (
     DISPATCH_TASK,
@@ -207,8 +207,59 @@ def _lock_both(tenant: Tenant, approval_id: str) -> tuple[Approval, ToolCall]:
     return approval, tool_call_lock(approval.tool_call_id)
 
 
-@transaction.atomic
+def _approval_to_decide(
+    tenant: Tenant, approval_id: str, user: User, seen: dict[str, Any]
+) -> tuple[Approval, Capability | None]:
+    """The approval as the person's decision finds it, before anything is locked: refused
+    early (who, which page) so that no check reaches an external system for nothing. The
+    locked transaction checks the same again."""
+    approval = (
+        Approval.objects.select_related("tenant", "run", "tool_call")
+        .filter(tenant=tenant, pk=approval_id)
+        .first()
+    )
+    if approval is None:
+        raise not_found("approval", approval_id)
+    approvals.approval_check_decision(approval=approval, user=user, **seen)
+    return approval, capabilities.get(approval.tool_call.capability_id)
+
+
+def _check_still_passes(tenant: Tenant, approval: Approval, capability: Capability | None) -> None:
+    """What was true at proposal may not be now (another refund of the order went out, or is
+    on its way): the business check runs again, against the external system and our other
+    calls on the object, and a call that would fail there is not approved. Outside any lock:
+    it reads the external system."""
+    if capability is None:
+        return  # its contract left the code: dispatch fails it as capability.unknown
+    problems = business_check(tenant, capability, approval.args, exclude=approval.tool_call_id)
+    if problems:
+        raise DomainError(
+            approval_errors.CHECK_FAILED,
+            f"Not approved: the call would fail at {capability.system} now (the problems are "
+            "listed). Reject it, or approve it with edits that pass.",
+            status=409,
+            details=problems,
+        )
+
+
 def tool_call_approve(
+    *,
+    tenant: Tenant,
+    approval_id: str,
+    user: User,
+    seen_version: int,
+    seen_summary_hash: str,
+    reason: str = "",
+) -> Approval:
+    """Approve the call as it stands, if it still passes its business check."""
+    seen = {"seen_version": seen_version, "seen_summary_hash": seen_summary_hash}
+    approval, capability = _approval_to_decide(tenant, approval_id, user, seen)
+    _check_still_passes(tenant, approval, capability)
+    return _approve(tenant=tenant, approval_id=approval_id, user=user, reason=reason, **seen)
+
+
+@transaction.atomic
+def _approve(
     *,
     tenant: Tenant,
     approval_id: str,
@@ -259,30 +310,28 @@ def tool_call_approve_with_edits(
     edits: dict[str, Any],
     reason: str = "",
 ) -> Approval:
-    """Approve different arguments: they are validated like a proposal, get their own digest
-    and are judged by the policy again (raising an amount may need more approvers). The call's
-    arguments are replaced in place (the old ones stay in its events). Returns the approval
-    that now stands for the call."""
-    approval = (
-        Approval.objects.select_related("tenant", "tool_call")
-        .filter(tenant=tenant, pk=approval_id)
-        .first()
-    )
-    if approval is None:
-        raise not_found("approval", approval_id)
-    capability = capabilities.get(approval.tool_call.capability_id)
+    """Approve different arguments: never the fields that identify the object (the call keeps
+    its object, revision and key), each value exactly of its schema's type; then they are
+    validated like a proposal, get their own digest and are judged by the policy again
+    (raising an amount may need more approvers). The call's arguments are replaced in place
+    (the old ones stay in its events). Returns the approval that now stands for the call."""
+    seen = {"seen_version": seen_version, "seen_summary_hash": seen_summary_hash}
+    approval, capability = _approval_to_decide(tenant, approval_id, user, seen)
+    if capability is None:
+        raise DomainError(
+            errors.CAPABILITY_UNKNOWN,
+            f"{approval.tool_call.capability_id} is no longer a capability here; reject it.",
+        )
+    edits_check(capability, approval.args, edits)
     new_args = {**approval.args, **edits}
-    arguments_check(tenant, capability, new_args)
+    arguments_check(tenant, capability, new_args, exclude=approval.tool_call_id)
     diff = {
         key: {"from": approval.args.get(key), "to": value}
         for key, value in new_args.items()
         if approval.args.get(key) != value
     }
-    seen = {"seen_version": seen_version, "seen_summary_hash": seen_summary_hash}
     if not diff:
-        return tool_call_approve(
-            tenant=tenant, approval_id=approval_id, user=user, reason=reason, **seen
-        )
+        return _approve(tenant=tenant, approval_id=approval_id, user=user, reason=reason, **seen)
     with transaction.atomic():
         approval, call = _lock_both(tenant, approval_id)
         approvals.approval_check_decision(approval=approval, user=user, **seen)

@@ -101,6 +101,8 @@ class ToolCall(FSMModelMixin, models.Model):
         indexes = [
             models.Index(fields=["execution_status", "lease_expires_at"]),
             models.Index(fields=["run", "execution_status"]),
+            # The other calls on one object: one writer, and what is still refundable.
+            models.Index(fields=["tenant", "object_ref"]),
         ]
 
     def __str__(self) -> str:
@@ -129,6 +131,11 @@ class ToolCall(FSMModelMixin, models.Model):
     # A call that depends on one of these is cancelled: it will never be confirmed.
     CANNOT_SUCCEED = (*DID_NOT_SUCCEED, E.COMPENSATING, E.COMPENSATED, E.NEEDS_HUMAN)
     FAILED_VERIFICATION = (V.CONFIRMED_FAILURE, V.INCONCLUSIVE)
+    # Its effect may be on its way to the external system's books: counted against what the
+    # object still allows (what is still refundable) — with completed calls whose effect
+    # verification has not yet confirmed there (toolcalls/selectors.py).
+    EFFECT_PENDING = (*NOT_SENT, E.DISPATCHING, E.ACCEPTED, *UNKNOWN)
+    UNCONFIRMED = (V.NOT_OBSERVED, V.PENDING, V.INCONCLUSIVE)
 
     @property
     def is_settled(self) -> bool:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 
 from runs.errors import not_found
 from runs.models import Run, Tenant
-from toolcalls.models import ToolCall
+from toolcalls.models import E, ToolCall
 
 
 def tool_call_get(*, tenant: Tenant, tool_call_id: str) -> ToolCall:
@@ -22,3 +22,21 @@ def run_tool_calls(*, run: Run) -> QuerySet[ToolCall]:
         .prefetch_related("attempts", "receipts", "depends_on")
         .order_by("id")
     )
+
+
+def calls_effect_pending(
+    *, tenant: Tenant, capability_id: str, object_ref: str, exclude: str | None = None
+) -> QuerySet[ToolCall]:
+    """The tenant's calls of one capability on one object whose effect may not show at the
+    external system yet: not final, or completed and not yet confirmed there. Oldest first;
+    `exclude` is the call asking."""
+    calls = ToolCall.objects.filter(
+        Q(execution_status__in=ToolCall.EFFECT_PENDING)
+        | Q(execution_status=E.COMPLETED, verification_status__in=ToolCall.UNCONFIRMED),
+        tenant=tenant,
+        capability_id=capability_id,
+        object_ref=object_ref,
+    )
+    if exclude:
+        calls = calls.exclude(pk=exclude)
+    return calls.order_by("created_at", "id")

@@ -17,8 +17,12 @@ from django.views.decorators.http import require_POST
 from approvals import selectors
 from approvals.models import Approval
 from runs.errors import DomainError
+from runs.models import Tenant
 from runs.permissions import tenant_member_required
 from toolcalls import capabilities, gate
+from toolcalls import selectors as toolcall_selectors
+from toolcalls.capabilities import Capability
+from toolcalls.checks import edit_value, invalid
 
 
 @tenant_member_required
@@ -28,10 +32,43 @@ def inbox(request: HttpRequest) -> HttpResponse:
     return render(request, template, {"approvals": approvals, "now": timezone.now()})
 
 
+def _edit_fields(approval: Approval, capability: Capability | None) -> list[dict[str, Any]]:
+    """The form of approve-with-edits: every argument, those that identify the object shown
+    read-only (the service refuses an edit of them anyway)."""
+    if capability is None:
+        return []
+    return [
+        {
+            "name": name,
+            "type": spec.get("type", "string"),
+            "value": approval.args.get(name, ""),
+            "editable": name not in capability.identity_fields,
+        }
+        for name, spec in capability.input_schema["properties"].items()
+    ]
+
+
+def _other_calls(
+    tenant: Tenant, approval: Approval, capability: Capability | None
+) -> dict[str, Any]:
+    """The other calls of this capability on this object that are not final (or not yet
+    confirmed): "other refunds of this order", which count against what is refundable."""
+    calls = toolcall_selectors.calls_effect_pending(
+        tenant=tenant,
+        capability_id=approval.tool_call.capability_id,
+        object_ref=approval.object_ref,
+        exclude=approval.tool_call_id,
+    )[:20]
+    if capability is not None and capability.action == "refund":
+        title = "Other refunds of this order"
+    else:
+        title = f"Other calls of {approval.tool_call.capability_id} on {approval.object_ref}"
+    return {"title": title, "calls": list(calls)}
+
+
 def _page_context(request: HttpRequest, approval: Approval, **extra: Any) -> dict[str, Any]:
     call = approval.tool_call
     capability = capabilities.get(call.capability_id)
-    properties = capability.input_schema["properties"] if capability else {}
     now = timezone.now()
     decisions = list(approval.decisions.select_related("user"))
     return {
@@ -48,10 +85,8 @@ def _page_context(request: HttpRequest, approval: Approval, **extra: Any) -> dic
         .first(),
         "already_approved_by_me": approval.decisions.filter(user=request.user).exists(),
         "next_approval": selectors.next_for(user=request.user, after=approval),
-        "edit_fields": [
-            {"name": name, "type": spec.get("type", "string"), "value": approval.args.get(name, "")}
-            for name, spec in properties.items()
-        ],
+        "edit_fields": _edit_fields(approval, capability),
+        "others": _other_calls(request.user.tenant, approval, capability),
         **extra,
     }
 
@@ -154,18 +189,21 @@ def approve_with_edits(request: HttpRequest, approval_id: str) -> HttpResponse:
 
 
 def _edits(request: HttpRequest, approval: Approval) -> dict[str, Any]:
-    """The fields the approver changed, typed by the capability's schema."""
+    """The fields the approver changed, parsed strictly as the capability's schema types them
+    (the service checks the values again, and refuses fields that identify the object)."""
     capability = capabilities.get(approval.tool_call.capability_id)
+    if capability is None:
+        return {}
     edits: dict[str, Any] = {}
+    problems = []
     for name, spec in capability.input_schema["properties"].items():
         raw = request.POST.get(f"edit__{name}")
         if raw is None or raw == str(approval.args.get(name, "")):
             continue
-        if spec.get("type") == "integer":
-            try:
-                edits[name] = int(raw)
-            except ValueError:
-                edits[name] = raw  # the schema check names the field
-        else:
-            edits[name] = raw
+        try:
+            edits[name] = edit_value(spec, raw)
+        except ValueError as exc:
+            problems.append({"field": f"args.{name}", "problem": str(exc)})
+    if problems:
+        raise invalid(problems)
     return edits

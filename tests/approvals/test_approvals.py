@@ -1,4 +1,5 @@
-"""Policy, binding, quorum, edits, consumption, invalidation, expiry and notification."""
+"""Policy, binding, quorum, edits, consumption, invalidation and expiry (emails:
+test_notifications.py)."""
 
 from __future__ import annotations
 
@@ -6,11 +7,9 @@ import threading
 from datetime import timedelta
 
 import pytest
-from django.core import mail
 from django.core.management import call_command
 from django.db import connections
 
-from approvals import services as approval_services
 from approvals.models import Approval, Policy
 from runs.models import Run, Tenant, User
 from tests.helpers import (
@@ -365,38 +364,6 @@ def test_two_expiry_sweeps_at_once_change_nothing_twice(agent: ApiClient, sandbo
     for call in calls:
         run = Run.objects.get(pk=call["run_id"])
         assert run.events.filter(event_type="approval.expired").count() == 1
-
-
-def test_escalation_emails_the_group_once(
-    agent: ApiClient, tenant: Tenant, sandbox, django_capture_on_commit_callbacks
-) -> None:
-    Policy.objects.create(
-        tenant=tenant,
-        capability_id="refund-order-v2",
-        version=1,
-        rules=[{"name": "all", "when": "amount_cents > 0", "approvers": 1}],
-        expiry_seconds=600,
-        escalate_before_seconds=3600,
-        escalation_group="lead@acme.example",
-    )
-    propose(agent, BIG_REFUND)
-    mail.outbox.clear()
-    with django_capture_on_commit_callbacks(execute=True):
-        assert approval_services.approvals_escalate_due() == 1
-        assert approval_services.approvals_escalate_due() == 0
-    assert [m.to for m in mail.outbox] == [["lead@acme.example"]]
-
-
-def test_approvers_are_emailed_a_link(agent: ApiClient, approver: User, bob: User, sandbox):
-    User.objects.filter(pk__in=[approver.pk, bob.pk]).update(email="x@acme.example")
-    call = propose(agent, BIG_REFUND)
-    approval = approval_of(call)
-    mail.outbox.clear()
-    assert approval_services.approval_notify_approvers(approval_id=approval.pk) == 2
-    assert approval_services.approval_notify_approvers(approval_id=approval.pk) == 0
-    (message,) = mail.outbox
-    assert f"/approvals/{approval.pk}/" in message.body
-    assert "Refund 250.00 USD on order order-003" in message.subject
 
 
 def test_nothing_happens_on_get(agent: ApiClient, approver: User, sandbox: Sandbox) -> None:

@@ -42,13 +42,41 @@ class Request:
     body: dict[str, Any] | None = None
 
 
+@dataclass(frozen=True)
+class OpenCall:
+    """Another tool call of this tenant on the same object whose effect may not yet show at
+    the external system (awaiting approval, in flight, unknown, or accepted and not yet seen
+    there). A business check counts it against what the object still allows."""
+
+    id: str
+    args: dict[str, Any]
+    execution_status: str
+    external_request_id: str
+    external_id: str
+
+
+OpenCalls = Callable[[str, str], list[OpenCall]]
+
+
 class TrustedData:
     """Reads at the external system with server-side credentials, for business checks and
-    verification. A read that fails raises UpstreamUnavailable."""
+    verification. A read that fails raises UpstreamUnavailable.
 
-    def __init__(self, tenant_slug: str, timeout: float = 5.0) -> None:
+    `open_calls(capability_id, object_ref)` reads our own stored state: the tenant's other
+    calls of that capability on that object that are not final (toolcalls/checks.py gives
+    it; without it a check sees none)."""
+
+    def __init__(
+        self, tenant_slug: str, timeout: float = 5.0, open_calls: OpenCalls | None = None
+    ) -> None:
         self.tenant_slug = tenant_slug
         self.timeout = timeout
+        self._open_calls = open_calls
+
+    def open_calls(self, capability_id: str, object_ref: str) -> list[OpenCall]:
+        if self._open_calls is None:
+            return []
+        return self._open_calls(capability_id, object_ref)
 
     def get(self, system: str, path: str) -> dict[str, Any] | None:
         endpoint = connectors.endpoint_for(self.tenant_slug, system)
@@ -80,6 +108,10 @@ class Capability:
     reversible: bool
     input_schema: dict[str, Any]
     object_ref: Callable[[dict[str, Any]], str]
+    # The arguments that say which object the call acts on: the ones `object_ref` reads. An
+    # approver may not edit them (the object, its revision and the idempotency key were fixed
+    # from them at proposal); `register` checks that `object_ref` reads no other.
+    identity_fields: tuple[str, ...]
     build_request: Callable[[dict[str, Any]], Request]
     summary: Callable[[dict[str, Any]], str]
     business_check: Callable[[TrustedData, dict[str, Any]], Problems]
@@ -155,8 +187,41 @@ REGISTRY: dict[str, Capability] = {}
 
 def register(capability: Capability) -> Capability:
     jsonschema.Draft202012Validator.check_schema(capability.input_schema)
+    _check_identity_fields(capability)
     REGISTRY[capability.id] = capability
     return capability
+
+
+class _ReadRecorder(dict):
+    """The schema's example, noting which keys `object_ref` reads."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.read: set[str] = set()
+
+    def __getitem__(self, key: str) -> Any:
+        self.read.add(key)
+        return super().__getitem__(key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self.read.add(key)
+        return super().get(key, default)
+
+
+def _check_identity_fields(capability: Capability) -> None:
+    """Identity fields are required arguments, and `object_ref` reads nothing else: an edit of
+    any other field leaves the call on the same object."""
+    identity = set(capability.identity_fields)
+    if not identity or not identity <= set(capability.input_schema.get("required", [])):
+        raise ValueError(f"{capability.id}: identity_fields must name required arguments")
+    for example in capability.input_schema.get("examples", []):
+        recorder = _ReadRecorder(example)
+        capability.object_ref(recorder)
+        if not recorder.read <= identity:
+            raise ValueError(
+                f"{capability.id}: object_ref reads {sorted(recorder.read)}, "
+                f"not only identity_fields {sorted(identity)}"
+            )
 
 
 def get(capability_id: str) -> Capability | None:

@@ -65,6 +65,7 @@ register(
             },
         ),
         object_ref=lambda a: f"order:{a['order_id']}:customer-email",
+        identity_fields=("order_id",),
         build_request=lambda a: Request(
             "POST", "/emails", {"to": a["to"], "subject": a["subject"], "body": a["body"]}
         ),

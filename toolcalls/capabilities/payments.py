@@ -7,6 +7,7 @@ from typing import Any
 from toolcalls.capabilities.base import (
     ORDER_ID,
     Capability,
+    OpenCall,
     Problems,
     Request,
     TrustedData,
@@ -38,6 +39,7 @@ register(
         reversible=True,
         input_schema=schema({"order_id": ORDER_ID}, ["order_id"], {"order_id": "order-001"}),
         object_ref=lambda a: f"order:{a['order_id']}",
+        identity_fields=("order_id",),
         build_request=lambda a: Request("GET", f"/orders/{a['order_id']}"),
         summary=lambda a: f"Read order {a['order_id']}.",
         business_check=_check_order,
@@ -51,6 +53,27 @@ register(
 # --- refunds --------------------------------------------------------------------------------
 
 
+REFUND = "refund-order-v2"
+
+
+def _refunds_not_yet_booked(
+    data: TrustedData, order_id: str, order: dict[str, Any]
+) -> list[OpenCall]:
+    """Our other refunds of this order that may still take money from it and that the payment
+    system does not show yet (a refund it shows is in `refunded_cents` already)."""
+    booked = {
+        known
+        for refund in order.get("refunds", [])
+        for known in (refund.get("refund_id"), refund.get("request_id"))
+        if known
+    }
+    return [
+        call
+        for call in data.open_calls(REFUND, f"order:{order_id}")
+        if call.external_request_id not in booked and call.external_id not in booked
+    ]
+
+
 def _check_refund(data: TrustedData, args: dict[str, Any]) -> Problems:
     order = data.get("payments", f"/orders/{args['order_id']}")
     problems = owned(data, order, "order", "args.order_id")
@@ -58,13 +81,23 @@ def _check_refund(data: TrustedData, args: dict[str, Any]) -> Problems:
         return problems
     if args["currency"].upper() != order["currency"].upper():
         return problem("args.currency", f"The order was paid in {order['currency']}.")
-    if args["amount_cents"] > order["refundable_cents"]:
-        return problem(
-            "args.amount_cents",
-            f"At most {order['refundable_cents']} cents of this order can still be refunded "
-            f"(captured {order['captured_cents']}, refunded {order['refunded_cents']}).",
+    others = _refunds_not_yet_booked(data, args["order_id"], order)
+    pending = sum(call.args.get("amount_cents", 0) for call in others)
+    refundable = order["refundable_cents"] - pending
+    if args["amount_cents"] <= refundable:
+        return []
+    text = (
+        f"At most {max(refundable, 0)} cents of this order can still be refunded (captured "
+        f"{order['captured_cents']}, refunded {order['refunded_cents']}"
+    )
+    if others:
+        named = ", ".join(
+            f"{call.id} ({call.args.get('amount_cents')} cents, {call.execution_status})"
+            for call in others[:10]
         )
-    return []
+        more = f" and {len(others) - 10} more" if len(others) > 10 else ""
+        text += f", and {pending} in other refunds of this order not yet final: {named}{more}"
+    return problem("args.amount_cents", text + ").")
 
 
 def _verify_refund(data: TrustedData, external_id: str, args: dict[str, Any]) -> str:
@@ -82,7 +115,7 @@ def _verify_refund(data: TrustedData, external_id: str, args: dict[str, Any]) ->
 
 register(
     Capability(
-        id="refund-order-v2",
+        id=REFUND,
         version=2,
         title="Refund an order",
         system="payments",
@@ -107,6 +140,7 @@ register(
             },
         ),
         object_ref=lambda a: f"order:{a['order_id']}",
+        identity_fields=("order_id",),
         build_request=lambda a: Request("POST", "/refunds", dict(a)),
         summary=lambda a: (
             f"Refund {a['amount_cents'] / 100:.2f} {a['currency'].upper()} on order "

@@ -37,6 +37,7 @@ register(
         reversible=True,
         input_schema=schema({"order_id": ORDER_ID}, ["order_id"], {"order_id": "order-001"}),
         object_ref=lambda a: f"order:{a['order_id']}",
+        identity_fields=("order_id",),
         build_request=lambda a: Request("GET", f"/warranty/{a['order_id']}"),
         summary=lambda a: f"Check the warranty of order {a['order_id']}.",
         business_check=_check_warranty,
@@ -73,6 +74,7 @@ register(
             {"warehouse_id": "wh-acme-1", "sku": "PART-100"},
         ),
         object_ref=lambda a: f"stock:{a['warehouse_id']}:{a['sku']}",
+        identity_fields=("warehouse_id", "sku"),
         build_request=lambda a: Request("GET", f"/warehouses/{a['warehouse_id']}"),
         summary=lambda a: f"Check stock of {a['sku']} in {a['warehouse_id']}.",
         business_check=_check_stock,
@@ -148,6 +150,7 @@ register(
             },
         ),
         object_ref=lambda a: f"order:{a['order_id']}:reservation",
+        identity_fields=("order_id",),
         build_request=lambda a: Request("POST", "/reservations", dict(a)),
         summary=lambda a: (
             f"Reserve {a['quantity']} x {a['sku']} in {a['warehouse_id']} for {a['order_id']}."
@@ -180,6 +183,7 @@ register(
             {"reservation_id": "rsv_seed0001"},
         ),
         object_ref=lambda a: f"reservation:{a['reservation_id']}",
+        identity_fields=("reservation_id",),
         build_request=lambda a: Request("POST", f"/reservations/{a['reservation_id']}/release"),
         summary=lambda a: f"Release reservation {a['reservation_id']}.",
         business_check=_check_release,
