@@ -15,6 +15,7 @@ from typing import Any, Literal
 import httpx
 import jsonschema
 
+from runs import scopes
 from toolcalls import connectors
 
 Problems = list[dict[str, str]]
@@ -156,6 +157,8 @@ REGISTRY: dict[str, Capability] = {}
 def register(capability: Capability) -> Capability:
     jsonschema.Draft202012Validator.check_schema(capability.input_schema)
     REGISTRY[capability.id] = capability
+    # API keys are scoped by capability id and permission (runs/scopes.py).
+    scopes.register(capability.id, capability.permission)
     return capability
 
 

@@ -1,13 +1,16 @@
-"""A tenant's admin sees who is locked out of logging in and unlocks them (/people/)."""
+"""A tenant's admin sees who is locked out of logging in and unlocks them, and sees the
+tenant's API keys with their scopes and expiry (/people/)."""
 
 from __future__ import annotations
 
 import logging
+from datetime import UTC, datetime
 
 import pytest
 from django.test import Client
 
 from runs.models import Tenant, User
+from runs.services import api_key_issue, api_key_revoke
 from tests.helpers import PASSWORD, logged_in, make_user
 
 
@@ -55,3 +58,23 @@ def test_another_tenants_admin_gets_404(alice_locked: User, other_tenant: Tenant
 def test_unlocking_needs_a_post(alice_locked: User, admin_user: User) -> None:
     assert logged_in(admin_user).get("/people/alice/unlock/").status_code == 405
     assert log_in("alice", PASSWORD) == 429
+
+
+def test_the_people_page_shows_each_key_with_its_scopes_and_expiry(
+    tenant: Tenant, other_tenant: Tenant, admin_user: User
+) -> None:
+    api_key_issue(
+        tenant=tenant,
+        name="refund agent",
+        scopes=["payments.refund", "orders.*"],
+        expires_at=datetime(2031, 1, 31, 12, tzinfo=UTC),
+    )
+    revoked, _ = api_key_issue(tenant=tenant, name="old agent", scopes=["*"])
+    api_key_revoke(api_key=revoked)
+    api_key_issue(tenant=other_tenant, name="their agent", scopes=["*"])
+    page = logged_in(admin_user).get("/people/").content.decode()
+    assert "refund agent" in page
+    assert "payments.refund, orders.*" in page
+    assert "2031-01-31 12:00" in page
+    assert "revoked" in page
+    assert "their agent" not in page
