@@ -6,15 +6,17 @@ from django.urls import include, path
 
 from config.api import api
 from console import urls as console
+from console.views import people
 from console.views.home import home
 
 urlpatterns = [
     path("", home, name="home"),
-    path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
+    path("login/", people.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("runs/", include((console.runs_patterns, "runs"))),
     path("approvals/", include((console.approvals_patterns, "approvals"))),
     path("desk/", include((console.desk_patterns, "desk"))),
+    path("people/", include((console.people_patterns, "people"))),
     path("", include((console.ops_patterns, "ops"))),
     path("api/v1/", api.urls),
     path("admin/", admin.site.urls),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from console.views import approvals, desk, ops, runs
+from console.views import approvals, desk, ops, people, runs
 
 runs_patterns = [
     path("", runs.run_list, name="list"),
@@ -31,6 +31,11 @@ desk_patterns = [
     path("<str:tool_call_id>/compensate/", desk.compensate, name="compensate"),
     path("<str:tool_call_id>/abandon/", desk.abandon, name="abandon"),
     path("<str:tool_call_id>/claim/", desk.claim, name="claim"),
+]
+
+people_patterns = [
+    path("", people.people_list, name="list"),
+    path("<str:username>/unlock/", people.unlock, name="unlock"),
 ]
 
 # Admin pages and /metrics, at the site root.

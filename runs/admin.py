@@ -22,11 +22,35 @@ class CountersignUserAdmin(UserAdmin):
 
 @admin.register(ApiKey)
 class ApiKeyAdmin(admin.ModelAdmin):
-    # Keys are issued with `manage.py create_api_key`, which shows the secret once; the admin
-    # only lists and revokes them.
-    list_display = ("id", "name", "tenant", "principal", "created_at", "revoked_at")
-    readonly_fields = ("id", "tenant", "secret_hash", "created_at")
-    fields = ("id", "tenant", "name", "principal", "secret_hash", "created_at", "revoked_at")
+    # Keys are issued with `manage.py create_api_key`, which shows the secret once and sets
+    # the scopes; the admin lists them, sets an expiry and revokes them.
+    list_display = (
+        "id",
+        "name",
+        "tenant",
+        "principal",
+        "scope_list",
+        "created_at",
+        "expires_at",
+        "revoked_at",
+    )
+    list_filter = ("tenant",)
+    readonly_fields = ("id", "tenant", "scope_list", "secret_hash", "created_at")
+    fields = (
+        "id",
+        "tenant",
+        "name",
+        "principal",
+        "scope_list",
+        "secret_hash",
+        "created_at",
+        "expires_at",
+        "revoked_at",
+    )
+
+    @admin.display(description="scopes")
+    def scope_list(self, key: ApiKey) -> str:
+        return ", ".join(key.scopes) or "none (proposes nothing)"
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

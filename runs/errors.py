@@ -43,8 +43,11 @@ RUN_WORK_IN_FLIGHT = "run.work_in_flight"  # finishing while calls are still on 
 DECISION_NOT_FOUND = "decision.not_found"
 DECISION_KIND_MISMATCH = "decision.kind_mismatch"
 DECISION_ALREADY_SUPERSEDED = "decision.already_superseded"
+API_KEY_INVALID_SCOPE = "api_key.invalid_scope"  # a scope that names no capability
+API_KEY_INVALID_EXPIRY = "api_key.invalid_expiry"  # an expiry already past
 # The API's own refusals (config/api.py).
-AUTH_UNAUTHENTICATED = "auth.unauthenticated"
+AUTH_UNAUTHENTICATED = "auth.unauthenticated"  # no key, a wrong, revoked or expired one
+AUTH_SCOPE_MISSING = "auth.scope_missing"  # the key's scopes do not cover the capability
 REQUEST_TOO_LARGE = "request.too_large"
 REQUEST_MALFORMED_JSON = "request.malformed_json"
 REQUEST_REFUSED = "request.refused"

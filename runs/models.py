@@ -6,8 +6,10 @@ from functools import partial
 
 from django.contrib.auth.models import AbstractUser
 from django.db import models
+from django.utils import timezone
 from django_fsm import FSMField, FSMModelMixin, transition
 
+from runs import scopes as key_scopes
 from runs.ids import new_id
 
 
@@ -55,15 +57,33 @@ class ApiKey(models.Model):
         User, null=True, blank=True, on_delete=models.SET_NULL, related_name="api_keys"
     )
     secret_hash = models.CharField(max_length=64, editable=False)
+    # The capabilities this key may propose (runs/scopes.py): capability ids, permissions
+    # (`payments.refund`), permission groups (`payments.*`) or `*`. Empty: none.
+    scopes = models.JSONField(default=list, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # From then on the key is refused like a revoked one; empty: it does not expire.
+    expires_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:
         return f"{self.id} ({self.name})"
 
     @property
+    def is_expired(self) -> bool:
+        return self.expires_at is not None and self.expires_at <= timezone.now()
+
+    @property
     def is_active(self) -> bool:
-        return self.revoked_at is None
+        return self.revoked_at is None and not self.is_expired
+
+    @property
+    def state(self) -> str:
+        if self.revoked_at is not None:
+            return "revoked"
+        return "expired" if self.is_expired else "active"
+
+    def may_propose(self, *, capability_id: str, permission: str) -> bool:
+        return key_scopes.covers(self.scopes, capability_id=capability_id, permission=permission)
 
 
 class Run(FSMModelMixin, models.Model):

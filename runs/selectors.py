@@ -7,7 +7,8 @@ from hashlib import sha256
 
 from django.db.models import QuerySet
 
-from runs.errors import not_found
+from runs import errors
+from runs.errors import DomainError, not_found
 from runs.models import ApiKey, Decision, Event, Run, Tenant
 
 
@@ -55,13 +56,21 @@ def hash_secret(secret: str) -> str:
 
 
 def api_key_authenticate(token: str) -> ApiKey | None:
-    """The active key that `token` (`<key id>.<secret>`) names, or None."""
+    """The active key that `token` (`<key id>.<secret>`) names, or None. The holder of an
+    expired key's secret is told it expired (401), so they know to ask for a new one."""
     key_id, _, secret = token.partition(".")
     if not key_id.startswith("key_") or not secret:
         return None
     key = ApiKey.objects.select_related("tenant", "principal").filter(pk=key_id).first()
-    if key is None or not key.is_active:
+    if key is None or key.revoked_at is not None:
         return None
     if not hmac.compare_digest(key.secret_hash, hash_secret(secret)):
         return None
+    if key.is_expired:
+        raise DomainError(
+            errors.AUTH_UNAUTHENTICATED,
+            f"API key {key.pk} expired at {key.expires_at.isoformat()}; ask an admin of the "
+            "tenant for a new key.",
+            status=401,
+        )
     return key

@@ -7,6 +7,7 @@ transaction; nothing here sets a state field by hand.
 from __future__ import annotations
 
 import secrets
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -17,6 +18,7 @@ from runs.canonical import digest
 from runs.errors import DomainError, not_found
 from runs.event_types import RUN_TRANSITION_EVENTS
 from runs.models import ApiKey, Decision, Run, Tenant, User
+from runs.scopes import scope_problem
 from runs.selectors import hash_secret
 
 
@@ -52,12 +54,33 @@ def user_create(
 
 
 def api_key_issue(
-    *, tenant: Tenant, name: str, principal: User | None = None
+    *,
+    tenant: Tenant,
+    name: str,
+    scopes: Sequence[str],
+    principal: User | None = None,
+    expires_at: datetime | None = None,
 ) -> tuple[ApiKey, str]:
-    """Create a key and return it with its token, which is never shown again."""
+    """Create a key and return it with its token, which is never shown again. `scopes` are
+    what it may propose (runs/scopes.py; `["*"]` for everything, `[]` for nothing)."""
+    scopes = list(dict.fromkeys(scopes))  # each once, in the order given
+    problems = [problem for scope in scopes if (problem := scope_problem(scope))]
+    if problems:
+        raise DomainError(errors.API_KEY_INVALID_SCOPE, " ".join(problems), status=422)
+    if expires_at is not None and expires_at <= datetime.now(UTC):
+        raise DomainError(
+            errors.API_KEY_INVALID_EXPIRY,
+            f"The expiry {expires_at.isoformat()} has passed; give a time in the future.",
+            status=422,
+        )
     secret = secrets.token_urlsafe(32)
     key = ApiKey.objects.create(
-        tenant=tenant, name=name, principal=principal, secret_hash=hash_secret(secret)
+        tenant=tenant,
+        name=name,
+        principal=principal,
+        scopes=scopes,
+        expires_at=expires_at,
+        secret_hash=hash_secret(secret),
     )
     return key, f"{key.pk}.{secret}"
 

@@ -73,15 +73,16 @@ def viewer(tenant: Tenant) -> User:
 
 @pytest.fixture
 def agent(owner: User, tenant: Tenant) -> ApiClient:
-    """The agent, with the tenant's API key (`agent.key`), acting for `owner`."""
-    key, token = api_key_issue(tenant=tenant, name="agent", principal=owner)
+    """The agent, with the tenant's API key (`agent.key`), acting for `owner`; it may
+    propose every capability (scope `*`)."""
+    key, token = api_key_issue(tenant=tenant, name="agent", principal=owner, scopes=["*"])
     return ApiClient(token, key)
 
 
 @pytest.fixture
 def other_agent(other_tenant: Tenant) -> ApiClient:
     """Another tenant's agent."""
-    return ApiClient(api_key_issue(tenant=other_tenant, name="other agent")[1])
+    return ApiClient(api_key_issue(tenant=other_tenant, name="other agent", scopes=["*"])[1])
 
 
 @pytest.fixture

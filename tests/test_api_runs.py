@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 
-from runs.models import Decision, Event, Run
+from runs.models import ApiKey, Decision, Event, Run
 from tests.helpers import ApiClient
 
 RUN = {"title": "Refund order-001", "correlation_id": "refund-intent-031"}
@@ -141,6 +143,27 @@ def test_it_refuses_a_revoked_key(agent: ApiClient) -> None:
     response = agent.post("/api/v1/runs", RUN)
     assert response.status_code == 401
     assert nothing_written()
+
+
+def test_it_refuses_an_expired_key_saying_it_expired(agent: ApiClient) -> None:
+    ApiKey.objects.filter(pk=agent.key.pk).update(expires_at=timezone.now() - timedelta(minutes=1))
+    response = agent.post("/api/v1/runs", RUN)
+    assert response.status_code == 401
+    assert error_name(response) == "auth.unauthenticated"
+    assert "expired" in response.json()["error"]["message"]
+    assert nothing_written()
+
+
+def test_a_key_works_until_it_expires(agent: ApiClient) -> None:
+    ApiKey.objects.filter(pk=agent.key.pk).update(expires_at=timezone.now() + timedelta(hours=1))
+    assert agent.post("/api/v1/runs", RUN).status_code == 201
+
+
+def test_an_expired_key_with_a_wrong_secret_is_not_told_it_expired(agent: ApiClient) -> None:
+    ApiKey.objects.filter(pk=agent.key.pk).update(expires_at=timezone.now() - timedelta(minutes=1))
+    response = ApiClient(f"{agent.key.pk}.not-the-secret").post("/api/v1/runs", RUN)
+    assert response.status_code == 401
+    assert "expired" not in response.json()["error"]["message"]
 
 
 def test_another_tenants_run_is_not_found(agent: ApiClient, other_agent: ApiClient) -> None:

@@ -48,7 +48,9 @@ def test_it_refuses_an_unknown_tenant(db: None) -> None:
 
 
 def test_it_prints_a_working_api_key_once_and_stores_its_hash(tenant: Tenant) -> None:
-    token, err = manage("create_api_key", "--tenant", "acme", "--name", "refund agent")
+    token, err = manage(
+        "create_api_key", "--tenant", "acme", "--name", "refund agent", "--scope", "*"
+    )
     token = token.strip()
     key = ApiKey.objects.get()
     assert "shown only once" in err
@@ -58,7 +60,49 @@ def test_it_prints_a_working_api_key_once_and_stores_its_hash(tenant: Tenant) ->
 
 
 def test_a_key_can_name_the_person_it_acts_for(tenant: Tenant, viewer: User) -> None:
-    manage("create_api_key", "--tenant", "acme", "--principal", "victor")
+    manage("create_api_key", "--tenant", "acme", "--principal", "victor", "--scope", "*")
     assert ApiKey.objects.get().principal == viewer
     with pytest.raises(CommandError, match="No user"):
-        manage("create_api_key", "--tenant", "acme", "--principal", "nobody")
+        manage("create_api_key", "--tenant", "acme", "--principal", "nobody", "--scope", "*")
+
+
+def test_a_key_gets_every_scope_given_and_an_expiry(tenant: Tenant) -> None:
+    _, err = manage(
+        "create_api_key",
+        "--tenant",
+        "acme",
+        "--scope",
+        "payments.refund",
+        "--scope",
+        "orders.*",
+        "--scope",
+        "send-email-v1",
+        "--expires-at",
+        "2031-01-31T12:00:00Z",
+    )
+    key = ApiKey.objects.get()
+    assert key.scopes == ["payments.refund", "orders.*", "send-email-v1"]
+    assert key.expires_at.isoformat() == "2031-01-31T12:00:00+00:00"
+    assert "payments.refund, orders.*, send-email-v1" in err
+
+
+def test_a_key_needs_a_scope(tenant: Tenant) -> None:
+    with pytest.raises(CommandError, match="--scope"):
+        manage("create_api_key", "--tenant", "acme")
+    assert not ApiKey.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "scope", ["payments", "Payments.refund", "payments.refund.*", "*.read", ""]
+)
+def test_it_refuses_a_scope_that_names_nothing_it_can_match(tenant: Tenant, scope: str) -> None:
+    with pytest.raises(CommandError, match="scope"):
+        manage("create_api_key", "--tenant", "acme", "--scope", scope)
+    assert not ApiKey.objects.exists()
+
+
+def test_it_refuses_an_expiry_it_cannot_read_or_in_the_past(tenant: Tenant) -> None:
+    for expiry in ("next week", "2020-01-01T00:00:00Z"):
+        with pytest.raises(CommandError, match="--expires-at"):
+            manage("create_api_key", "--tenant", "acme", "--scope", "*", "--expires-at", expiry)
+    assert not ApiKey.objects.exists()

@@ -159,7 +159,9 @@ def propose_tool_call(
     request: HttpRequest, run_id: str, payload: ToolCallIn, response: HttpResponse
 ) -> Status:
     """Propose a side effect. The same intent on the same object with the same args answers
-    200 with the existing call; with other args, 409 `idempotency.conflict`."""
+    200 with the existing call; with other args, 409 `idempotency.conflict`. The key's scopes
+    must cover the capability (its id, its permission, the permission's group or `*`), or
+    403 `auth.scope_missing`."""
     call, created = propose.tool_call_propose(
         tenant=request.auth.tenant,
         run_id=run_id,
@@ -172,6 +174,7 @@ def propose_tool_call(
         actor=actor_for_key(request.auth),
         requested_by=request.auth.principal,
         depends_on=payload.depends_on,
+        api_key=request.auth,  # its scopes must cover the capability (403 auth.scope_missing)
     )
     if not created:
         response["Idempotent-Replayed"] = "true"
@@ -199,9 +202,13 @@ def get_tool_call(
 
 @router.post("/tool-calls/{tool_call_id}/retry", response={202: ToolCallOut, **ERRORS})
 def retry_tool_call(request: HttpRequest, tool_call_id: str) -> Status:
-    """Send a call that failed without executing again, with the same idempotency key."""
+    """Send a call that failed without executing again, with the same idempotency key. The
+    key needs a scope for the call's capability."""
     call = commands.tool_call_retry(
-        tenant=request.auth.tenant, tool_call_id=tool_call_id, actor=actor_for_key(request.auth)
+        tenant=request.auth.tenant,
+        tool_call_id=tool_call_id,
+        actor=actor_for_key(request.auth),
+        api_key=request.auth,
     )
     return Status(202, tool_call_out(call))
 
@@ -220,9 +227,12 @@ def reconcile_tool_call(request: HttpRequest, tool_call_id: str) -> Status:
 )
 def compensate_tool_call(request: HttpRequest, tool_call_id: str) -> Status:
     """Undo a confirmed call with its compensating capability; asking twice answers 200 with
-    the same compensating call."""
+    the same compensating call. The key needs a scope for the compensating capability."""
     call, created = commands.tool_call_compensate(
-        tenant=request.auth.tenant, tool_call_id=tool_call_id, actor=actor_for_key(request.auth)
+        tenant=request.auth.tenant,
+        tool_call_id=tool_call_id,
+        actor=actor_for_key(request.auth),
+        api_key=request.auth,
     )
     return Status(201 if created else 200, tool_call_out(call))
 

@@ -8,5 +8,6 @@ class ToolcallsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        # Registers the event schemas and the projections of tool calls.
-        from toolcalls import event_types, projections  # noqa: F401
+        # Registers the event schemas and the projections of tool calls, and the contracts
+        # (whose ids and permissions are what API key scopes may name, runs/scopes.py).
+        from toolcalls import capabilities, event_types, projections  # noqa: F401

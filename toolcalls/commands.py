@@ -14,14 +14,14 @@ from django.utils import timezone
 from runs import outbox
 from runs.canonical import digest
 from runs.errors import RUN_CLOSED, DomainError, not_found
-from runs.models import Run, Tenant, User
+from runs.models import ApiKey, Run, Tenant, User
 from runs.services import actor_for_user
 from toolcalls import capabilities, errors, gate, lifecycle
 from toolcalls.capabilities import Capability
 from toolcalls.checks import business_check, invalid
 from toolcalls.dispatch import tool_call_accept
 from toolcalls.models import E, Receipt, ToolCall, V
-from toolcalls.propose import idempotency_key, tool_call_create
+from toolcalls.propose import check_scope, idempotency_key, tool_call_create
 from toolcalls.reconcile import look_up
 from toolcalls.sweeps import leases_sweep_expired
 from toolcalls.writes import (
@@ -34,10 +34,16 @@ from toolcalls.writes import (
 )
 
 
-def tool_call_retry(*, tenant: Tenant, tool_call_id: str, actor: str) -> ToolCall:
-    """Send a failed call again with the same key, when the failure proved nothing happened."""
+def tool_call_retry(
+    *, tenant: Tenant, tool_call_id: str, actor: str, api_key: ApiKey | None = None
+) -> ToolCall:
+    """Send a failed call again with the same key, when the failure proved nothing happened.
+    An agent's `api_key` must hold a scope for the call's capability, as if it proposed it."""
     with transaction.atomic():
         call = tool_call_lock_for_tenant(tenant, tool_call_id)
+        # A contract no longer registered cannot be sent anyway (capability.unknown).
+        if api_key is not None and (capability := capabilities.get(call.capability_id)):
+            check_scope(api_key, capability)
         if call.execution_status == E.RESULT_UNKNOWN:
             raise DomainError(
                 errors.OUTCOME_UNKNOWN,
@@ -70,13 +76,19 @@ def tool_call_reconcile_now(*, tenant: Tenant, tool_call_id: str, actor: str) ->
         return call
 
 
-def tool_call_compensate(*, tenant: Tenant, tool_call_id: str, actor: str) -> tuple[ToolCall, bool]:
-    """Undo a confirmed call with its compensating capability; twice gives the same call."""
+def tool_call_compensate(
+    *, tenant: Tenant, tool_call_id: str, actor: str, api_key: ApiKey | None = None
+) -> tuple[ToolCall, bool]:
+    """Undo a confirmed call with its compensating capability; twice gives the same call.
+    An agent's `api_key` must hold a scope for the compensating capability, as if it
+    proposed it (a person on the desk has none)."""
     original = ToolCall.objects.filter(tenant=tenant, pk=tool_call_id).first()
     if original is None:
         raise not_found("tool call", tool_call_id)
     existing = ToolCall.objects.filter(compensation_of=original).first()
     if existing:
+        if api_key is not None:
+            check_scope(api_key, capability_of(existing))
         return existing, False
     capability = capability_of(original)
     if not capability.compensation:
@@ -90,6 +102,8 @@ def tool_call_compensate(*, tenant: Tenant, tool_call_id: str, actor: str) -> tu
             f"(verification {original.verification_status}).",
         )
     compensating = capabilities.get(capability.compensation)
+    if api_key is not None:
+        check_scope(api_key, compensating)
     args = capability.compensation_args(original.external_id, original.args)
     problems = business_check(tenant, compensating, args)
     if problems:

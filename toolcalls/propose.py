@@ -8,9 +8,15 @@ from typing import Any
 from django.db import IntegrityError, transaction
 
 from runs.canonical import digest
-from runs.errors import IDEMPOTENCY_CONFLICT, RUN_CLOSED, DomainError, not_found
+from runs.errors import (
+    AUTH_SCOPE_MISSING,
+    IDEMPOTENCY_CONFLICT,
+    RUN_CLOSED,
+    DomainError,
+    not_found,
+)
 from runs.ids import new_id
-from runs.models import Decision, Run, Tenant, User
+from runs.models import ApiKey, Decision, Run, Tenant, User
 from runs.selectors import run_get
 from toolcalls import capabilities, errors, gate
 from toolcalls.capabilities import Capability
@@ -36,11 +42,16 @@ def tool_call_propose(
     decision_id: str | None = None,
     requested_by: User | None = None,
     depends_on: list[str] | None = None,
+    api_key: ApiKey | None = None,
 ) -> tuple[ToolCall, bool]:
     """Validate and record a proposed call. Returns (call, created); the same key with the
-    same arguments returns the existing call, with other arguments it is a conflict."""
+    same arguments returns the existing call, with other arguments it is a conflict.
+    `api_key` is the agent's key (the API passes it): its scopes must cover the capability.
+    Without one the caller is trusted code (a test, the benchmark), not an agent."""
     run_get(tenant=tenant, run_id=run_id)  # another tenant's run is a 404 before anything else
     capability = _capability(capability_id)
+    if api_key is not None:
+        check_scope(api_key, capability)
     problems = capability.validate(args)
     if problems:
         raise invalid(problems)
@@ -89,6 +100,23 @@ def _capability(capability_id: str) -> Capability:
             details=[{"field": "capability", "problem": "unknown capability"}],
         )
     return capability
+
+
+def check_scope(api_key: ApiKey, capability: Capability) -> None:
+    """403 `auth.scope_missing` unless the key may propose `capability`. Checked before
+    anything is read or written for the call: a key may not even learn whether the same
+    proposal exists already."""
+    if api_key.may_propose(capability_id=capability.id, permission=capability.permission):
+        return
+    group = capability.permission.split(".")[0]
+    raise DomainError(
+        AUTH_SCOPE_MISSING,
+        f"This API key may not propose {capability.id}: that needs the scope "
+        f"{capability.permission!r} (or {group + '.*'!r}, {capability.id!r} or '*'), and the "
+        f"key has {', '.join(api_key.scopes) or 'no scopes'}. Ask an admin for a key with it.",
+        status=403,
+        details=[{"field": "capability", "problem": f"needs scope {capability.permission}"}],
+    )
 
 
 def _same_call(existing: ToolCall, args_digest: str) -> ToolCall:

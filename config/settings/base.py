@@ -181,11 +181,16 @@ LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
 
-# Repeated failed logins lock the username (the account under attack) and, separately, the
-# address (one source trying many usernames), for AXES_COOLOFF_HOURS.
+# Repeated failed logins lock one username from one client address, for AXES_COOLOFF_HOURS.
+# Not the username alone (anyone could lock a person out) nor the address alone (behind a
+# proxy every person shares it): the pair.
 AXES_FAILURE_LIMIT = int(os.environ.get("AXES_FAILURE_LIMIT", "5"))
 AXES_COOLOFF_TIME = float(os.environ.get("AXES_COOLOFF_HOURS", "0.25"))
-AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+# How many proxies in front of gunicorn append to X-Forwarded-For: the client's address is
+# that many entries from the right. 0 ignores the header (a client could write anything).
+TRUSTED_PROXY_COUNT = int(os.environ.get("TRUSTED_PROXY_COUNT", "0"))
+AXES_CLIENT_IP_CALLABLE = "config.client_ip.client_ip"
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 

@@ -15,6 +15,7 @@ from typing import Any, Literal
 import httpx
 import jsonschema
 
+from runs import scopes
 from toolcalls import connectors
 
 Problems = list[dict[str, str]]
@@ -189,6 +190,8 @@ def register(capability: Capability) -> Capability:
     jsonschema.Draft202012Validator.check_schema(capability.input_schema)
     _check_identity_fields(capability)
     REGISTRY[capability.id] = capability
+    # API keys are scoped by capability id and permission (runs/scopes.py).
+    scopes.register(capability.id, capability.permission)
     return capability
 
 

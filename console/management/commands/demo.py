@@ -181,7 +181,7 @@ class Command(BaseCommand):
             revoked_at=timezone.now()
         )
         owner = User.objects.get(username="agent-owner")
-        return api_key_issue(tenant=tenant, name="demo agent", principal=owner)[1]
+        return api_key_issue(tenant=tenant, name="demo agent", principal=owner, scopes=["*"])[1]
 
     def inject_faults(self, sandbox_url: str) -> None:
         # Some of what production does to agents: lost answers, rate limits, a slow carrier.

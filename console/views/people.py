@@ -1,0 +1,52 @@
+"""People and API keys of a tenant, for its admins: who is locked out of logging in (and one
+POST view to unlock a person), and each key's scopes, expiry and state. Also the login page,
+which says how many attempts are left after a failed one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth import views as auth_views
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_POST
+
+from runs import lockout
+from runs.errors import DomainError
+from runs.models import ApiKey, User
+from runs.permissions import tenant_admin_required
+
+
+class LoginView(auth_views.LoginView):
+    redirect_authenticated_user = True
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        context = super().get_context_data(**kwargs)
+        context["attempts_left"] = lockout.attempts_left(self.request)
+        context["cooloff_minutes"] = lockout.cooloff_minutes(self.request)
+        return context
+
+
+@require_GET
+@tenant_admin_required
+def people_list(request: HttpRequest) -> HttpResponse:
+    tenant = request.user.tenant
+    failures = lockout.login_failures(tenant=tenant)
+    people = [
+        (person, failures.get(person.username))
+        for person in User.objects.filter(tenant=tenant).order_by("username")
+    ]
+    keys = ApiKey.objects.filter(tenant=tenant).select_related("principal").order_by("name")
+    return render(request, "runs/people.html", {"people": people, "keys": keys})
+
+
+@require_POST
+@tenant_admin_required
+def unlock(request: HttpRequest, username: str) -> HttpResponse:
+    try:
+        lockout.user_unlock(tenant=request.user.tenant, username=username, by=request.user)
+    except DomainError as exc:
+        raise Http404(exc.message) from exc
+    messages.success(request, f"{username} can log in again, from every address.")
+    return redirect("people:list")

@@ -1,0 +1,44 @@
+"""What an API key may propose: its scopes.
+
+A scope is `*` (every capability), a capability id (`refund-order-v2`), the permission a
+capability's contract names (`payments.refund`), or a group of permissions (`payments.*`).
+The contracts live a layer up, in toolcalls, which registers each one here as it is defined
+(`register`), so a key is never issued with a scope that names nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+EVERY_CAPABILITY = "*"
+
+# capability id -> the permission its contract names
+_CAPABILITIES: dict[str, str] = {}
+
+
+def register(capability_id: str, permission: str) -> None:
+    _CAPABILITIES[capability_id] = permission
+
+
+def covers(scopes: Iterable[str], *, capability_id: str, permission: str) -> bool:
+    for scope in scopes:
+        if scope == EVERY_CAPABILITY or scope in (capability_id, permission):
+            return True
+        if scope.endswith(".*") and permission.startswith(scope[:-1]):
+            return True
+    return False
+
+
+def scope_problem(scope: str) -> str | None:
+    """Why `scope` can never match a registered capability, or None when it can."""
+    permissions = set(_CAPABILITIES.values())
+    if scope == EVERY_CAPABILITY or scope in _CAPABILITIES or scope in permissions:
+        return None
+    group = scope.removesuffix("*")
+    if scope.endswith(".*") and any(permission.startswith(group) for permission in permissions):
+        return None
+    return (
+        f"Scope {scope!r} names no capability, permission or permission group; use a capability "
+        f"id, a permission such as {min(permissions, default='payments.refund')!r}, a group "
+        "such as 'payments.*', or '*' for every capability."
+    )
