@@ -90,9 +90,12 @@ def run_start(
     deadline: datetime | None = None,
     metadata: dict[str, Any] | None = None,
     idempotency_key: str = "",
+    external_ref: str | None = None,
     api_key: ApiKey | None = None,
 ) -> tuple[Run, bool]:
-    """Start a run; with an idempotency key, a retry returns the first run (created=False)."""
+    """Start a run. With an idempotency key, or an external ref (the framework's thread or
+    conversation id), asking again returns the first run (created=False); the same key or
+    ref with another body is a conflict."""
     deadline = deadline.astimezone(UTC) if deadline else None
     metadata = metadata or {}
     request = {
@@ -103,11 +106,13 @@ def run_start(
         "deadline": deadline.isoformat() if deadline else None,
         "metadata": metadata,
     }
+    if external_ref is not None:
+        # Only when given: the digests of runs started without one stay what they were.
+        request["external_ref"] = external_ref
     request_digest = digest(request)
-    if idempotency_key:
-        existing = Run.objects.filter(tenant=tenant, idempotency_key=idempotency_key).first()
-        if existing:
-            return _same_request(existing, request_digest), False
+    existing = _existing_run(tenant, idempotency_key, external_ref)
+    if existing:
+        return _same_request(existing, request_digest), False
     try:
         with transaction.atomic():
             run = Run(
@@ -118,6 +123,7 @@ def run_start(
                 max_attempts=max_attempts,
                 deadline=deadline,
                 idempotency_key=idempotency_key,
+                external_ref=external_ref,
                 request_digest=request_digest,
                 api_key=api_key,
             )
@@ -132,20 +138,30 @@ def run_start(
                 actor=actor,
             )
     except IntegrityError:
-        if not idempotency_key:
+        # A concurrent request with the same key or ref committed first: answer with its run.
+        existing = _existing_run(tenant, idempotency_key, external_ref)
+        if existing is None:
             raise
-        # A concurrent request with the same key committed first: answer with its run.
-        existing = Run.objects.get(tenant=tenant, idempotency_key=idempotency_key)
         return _same_request(existing, request_digest), False
     return run, True
+
+
+def _existing_run(tenant: Tenant, idempotency_key: str, external_ref: str | None) -> Run | None:
+    if idempotency_key:
+        existing = Run.objects.filter(tenant=tenant, idempotency_key=idempotency_key).first()
+        if existing:
+            return existing
+    if external_ref is not None:
+        return Run.objects.filter(tenant=tenant, external_ref=external_ref).first()
+    return None
 
 
 def _same_request(run: Run, request_digest: str) -> Run:
     if run.request_digest != request_digest:
         raise DomainError(
             errors.IDEMPOTENCY_CONFLICT,
-            f"Idempotency-Key was used for run {run.pk} with a different body; "
-            "use a new key for a new run.",
+            f"Run {run.pk} was started with this Idempotency-Key or external_ref and a "
+            "different body; use a new key (or ref) for a new run.",
         )
     return run
 
