@@ -115,7 +115,9 @@ def run_start(
         return _same_request(existing, request_digest), False
     try:
         with transaction.atomic():
-            run = Run(
+            run = _run_insert(
+                request,
+                actor=actor,
                 tenant=tenant,
                 title=title,
                 metadata=metadata,
@@ -127,16 +129,6 @@ def run_start(
                 request_digest=request_digest,
                 api_key=api_key,
             )
-            # Without one from the agent, the run's own id correlates everything it causes.
-            run.correlation_id = correlation_id or run.pk
-            run.save(force_insert=True)
-            events.append(
-                run=run,
-                event_type="run.started",
-                payload={**request, "correlation_id": run.correlation_id},
-                producer="api",
-                actor=actor,
-            )
     except IntegrityError:
         # A concurrent request with the same key or ref committed first: answer with its run.
         existing = _existing_run(tenant, idempotency_key, external_ref)
@@ -144,6 +136,21 @@ def run_start(
             raise
         return _same_request(existing, request_digest), False
     return run, True
+
+
+def _run_insert(request: dict[str, Any], *, actor: str, **fields: Any) -> Run:
+    run = Run(**fields)
+    # Without one from the agent, the run's own id correlates everything it causes.
+    run.correlation_id = request["correlation_id"] or run.pk
+    run.save(force_insert=True)
+    events.append(
+        run=run,
+        event_type="run.started",
+        payload={**request, "correlation_id": run.correlation_id},
+        producer="api",
+        actor=actor,
+    )
+    return run
 
 
 def _existing_run(tenant: Tenant, idempotency_key: str, external_ref: str | None) -> Run | None:
