@@ -15,6 +15,9 @@ from django_fsm import FSMField, FSMModelMixin, transition
 from runs.ids import new_id
 from runs.models import Decision, Run, Tenant
 
+# Registered with this app; kept in their own module (the sending is in toolcalls/webhooks.py).
+from toolcalls.webhook_models import Webhook, WebhookAttempt, WebhookDelivery  # noqa: F401
+
 
 class Execution(models.TextChoices):
     PROPOSED = "proposed"

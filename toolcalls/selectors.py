@@ -6,7 +6,7 @@ from django.db.models import QuerySet
 
 from runs.errors import not_found
 from runs.models import Run, Tenant
-from toolcalls.models import ToolCall
+from toolcalls.models import ToolCall, WebhookDelivery
 
 
 def tool_call_get(*, tenant: Tenant, tool_call_id: str) -> ToolCall:
@@ -21,4 +21,14 @@ def run_tool_calls(*, run: Run) -> QuerySet[ToolCall]:
         ToolCall.objects.filter(run=run)
         .prefetch_related("attempts", "receipts", "depends_on")
         .order_by("id")
+    )
+
+
+def webhook_deliveries(*, tenant: Tenant, limit: int = 100) -> list[WebhookDelivery]:
+    """The tenant's latest webhook deliveries, newest first, each with its attempts."""
+    return list(
+        WebhookDelivery.objects.filter(tenant=tenant)
+        .select_related("webhook")
+        .prefetch_related("attempt_log")
+        .order_by("-created_at")[:limit]
     )
