@@ -205,15 +205,21 @@ def get_tool_call(
     `since`, the `updated_at` you last saw, when given); a settled call answers at once."""
     call = selectors.tool_call_get(tenant=request.auth.tenant, tool_call_id=tool_call_id)
     deadline = time.monotonic() + query.wait
-    seen = query.since or call.updated_at
-    if call.updated_at != seen or call.is_settled:
+    seen = to_the_millisecond(query.since or call.updated_at)
+    if to_the_millisecond(call.updated_at) != seen or call.is_settled:
         return tool_call_out(call)
     while time.monotonic() < deadline:
         time.sleep(0.2)
         call = selectors.tool_call_get(tenant=request.auth.tenant, tool_call_id=tool_call_id)
-        if call.updated_at != seen:
+        if to_the_millisecond(call.updated_at) != seen:
             break
     return tool_call_out(call)
+
+
+def to_the_millisecond(moment: datetime) -> datetime:
+    """Answers write times to the millisecond (DjangoJSONEncoder), so a `since` the agent
+    copied from one is compared at that precision."""
+    return moment.replace(microsecond=moment.microsecond // 1000 * 1000)
 
 
 class CancelIn(StrictSchema):
