@@ -243,6 +243,8 @@ def embedded_env(var_dir: Path) -> dict[str, str]:
         if k not in {"DATABASE_URL", "CELERY_BROKER_URL", "DJANGO_SETTINGS_MODULE"}
     }
     env["COUNTERSIGN_VAR_DIR"] = str(var_dir)
+    # The client package of this checkout, as pytest's own `pythonpath` has it.
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "client"), env.get("PYTHONPATH")]))
     env["PYTHONUNBUFFERED"] = "1"
     return env
 
