@@ -93,6 +93,20 @@ def current_policy(tenant: Tenant, capability_id: str) -> Policy:
         return Policy.objects.get(tenant=tenant, capability_id=capability_id, version=1)
 
 
+def policy_preview(tenant: Tenant, capability_id: str) -> Policy:
+    """The policy a proposal would meet now, writing nothing: the current version, or the
+    default version 1 that the first proposal would write (unsaved)."""
+    policy = (
+        Policy.objects.filter(tenant=tenant, capability_id=capability_id)
+        .order_by("-version")
+        .first()
+    )
+    if policy is not None:
+        return policy
+    rules = DEFAULTS.get(capability_id, {}).get("rules", [])
+    return Policy(tenant=tenant, capability_id=capability_id, version=1, rules=rules)
+
+
 def requirement(policy: Policy, args: dict[str, Any], default_risk: str) -> Requirement:
     """The matching rule that asks for the most approvers (ties: the first listed)."""
     best = Requirement(policy, "no rule matched", 0, default_risk)

@@ -43,5 +43,6 @@ ops_patterns = [
     path("audit/", ops.audit_search, name="audit"),
     path("audit/export/", ops.audit_export, name="audit_export"),
     path("dashboard/", ops.dashboard, name="dashboard"),
+    path("webhooks/", ops.webhook_deliveries, name="webhooks"),
     path("metrics", ops.metrics_text, name="metrics"),
 ]

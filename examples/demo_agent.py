@@ -13,7 +13,7 @@ import itertools
 import logging
 import threading
 
-from countersign import Countersign, CountersignError, is_settled
+from countersign import Countersign, CountersignError, is_terminal
 
 log = logging.getLogger("countersign.demo_agent")
 
@@ -72,7 +72,7 @@ class DemoAgent(threading.Thread):
         order_call = self.client.propose(
             run_id, "get-order-v1", {"order_id": order_id}, intent=f"{intent}-read"
         )
-        order = self.client.wait_settled(order_call["tool_call_id"], timeout=30)["result"] or {}
+        order = self.client.wait(order_call["tool_call_id"], timeout=30)["result"] or {}
         amount = min(amount_cents, order.get("refundable_cents", 0))
         decision = self.client.record_decision(
             run_id,
@@ -90,7 +90,7 @@ class DemoAgent(threading.Thread):
             intent=intent,
             decision_id=decision["decision_id"],
         )
-        if refund["execution_status"] == "awaiting_approval":
+        if refund["status"] == "awaiting_approval":
             # Refunds over $200 wait for a person; look again on the next rounds.
             log.info(
                 "demo agent: %s refund %s awaits approval %s",
@@ -99,7 +99,7 @@ class DemoAgent(threading.Thread):
                 refund["approval"]["approval_id"],
             )
         else:
-            refund = self.client.wait_settled(refund["tool_call_id"], timeout=60)
+            refund = self.client.wait(refund["tool_call_id"], timeout=60)
         self.pending[refund["tool_call_id"]] = (run_id, order, decision["decision_id"], intent)
         self.follow_up()
 
@@ -126,8 +126,8 @@ class DemoAgent(threading.Thread):
             {"warehouse_id": "wh-acme-1", "sku": "PART-100"},
             intent=f"{intent}-stock",
         )
-        warranty = self.client.wait_settled(warranty["tool_call_id"], timeout=30)
-        stock = self.client.wait_settled(stock["tool_call_id"], timeout=30)
+        warranty = self.client.wait(warranty["tool_call_id"], timeout=30)
+        stock = self.client.wait(stock["tool_call_id"], timeout=30)
         covered = bool((warranty["result"] or {}).get("in_warranty"))
         available = (stock["result"] or {}).get("stock", {}).get("PART-100", 0)
         decision = self.client.record_decision(
@@ -174,8 +174,8 @@ class DemoAgent(threading.Thread):
             decision_id=decision["decision_id"],
             depends_on=[waybill["tool_call_id"]],
         )
-        waybill = self.client.wait_settled(waybill["tool_call_id"], timeout=60)
-        if waybill["execution_status"] == "failed":
+        waybill = self.client.wait(waybill["tool_call_id"], timeout=60)
+        if waybill["status"] == "failed":
             # The carrier refused the address after the stock was reserved: release it.
             self.client.compensate(reserve["tool_call_id"])
             log.info("demo agent: %s address refused; reservation released", run_id)
@@ -213,7 +213,7 @@ class DemoAgent(threading.Thread):
     def follow_up_refunds(self) -> None:
         for tool_call_id, (run_id, order, decision_id, intent) in list(self.pending.items()):
             refund = self.client.tool_call(tool_call_id)
-            if not is_settled(refund):
+            if not is_terminal(refund):
                 continue
             del self.pending[tool_call_id]
             log.info(
@@ -223,9 +223,9 @@ class DemoAgent(threading.Thread):
                 refund["execution_status"],
                 refund["verification_status"],
             )
-            confirmed = refund["verification_status"] == "confirmed_success"
+            confirmed = refund["status"] == "succeeded"
             if confirmed:
-                amount = refund["args"]["amount_cents"]
+                amount = refund["executed_args"]["amount_cents"]
                 self.client.propose(
                     run_id,
                     "send-email-v1",
@@ -246,7 +246,7 @@ class DemoAgent(threading.Thread):
                     "outcome": refund["execution_status"],
                     "verified": refund["verification_status"],
                     "refund_id": refund["external_id"],
-                    "amount_cents": refund["args"]["amount_cents"],
+                    "amount_cents": refund["executed_args"]["amount_cents"],
                 },
             )
             self.to_finish.add(run_id)

@@ -28,6 +28,9 @@ class RunIn(StrictSchema):
     max_attempts: int = Field(200, ge=1, le=100_000)
     deadline: datetime | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
+    # The agent framework's thread or conversation id: starting a run with one that exists
+    # answers 200 with that run (409 with another body), like an Idempotency-Key.
+    external_ref: str | None = Field(None, min_length=1, max_length=200)
 
     @field_validator("deadline")
     @classmethod
@@ -47,6 +50,7 @@ class RunOut(Schema):
     title: str
     state: str
     correlation_id: str
+    external_ref: str | None
     max_tool_calls: int
     max_attempts: int
     deadline: datetime | None
@@ -101,6 +105,7 @@ def run_out(run: Run) -> dict[str, Any]:
         "title": run.title,
         "state": run.state,
         "correlation_id": run.correlation_id,
+        "external_ref": run.external_ref,
         "max_tool_calls": run.max_tool_calls,
         "max_attempts": run.max_attempts,
         "deadline": run.deadline,
@@ -129,7 +134,10 @@ def start_run(
     response: HttpResponse,
     idempotency_key: str | None = Header(None, alias="Idempotency-Key", max_length=200),
 ) -> Status:
-    """Start a run. With an `Idempotency-Key` header a retry returns the same run (200)."""
+    """Start a run. With an `Idempotency-Key` header, or an `external_ref` (the framework's
+    thread or conversation id), asking again returns the same run (200,
+    `Idempotent-Replayed: true`); the same key or ref with another body is 409
+    `idempotency.conflict`."""
     run, created = services.run_start(
         tenant=request.auth.tenant,
         actor=services.actor_for_key(request.auth),

@@ -36,6 +36,8 @@ RUN_STARTED = {
         "max_attempts": {"type": "integer", "minimum": 1},
         "deadline": {"type": ["string", "null"], "format": "date-time"},
         "metadata": {"type": "object"},
+        # Optional: the framework's thread or conversation id (absent from older events).
+        "external_ref": {"type": "string", "minLength": 1, "maxLength": 200},
     },
 }
 

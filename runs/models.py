@@ -113,6 +113,10 @@ class Run(FSMModelMixin, models.Model):
     deadline = models.DateTimeField(null=True, blank=True)
     # Set by the agent's Idempotency-Key header: a retried POST finds this run again.
     idempotency_key = models.CharField(max_length=200, blank=True)
+    # The agent framework's own id for this conversation (a thread id): starting a run with
+    # one that exists answers with that run.
+    # NULL, not "": no ref (the unique constraint skips NULLs).
+    external_ref = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001
     request_digest = models.CharField(max_length=64, blank=True)
     api_key = models.ForeignKey(ApiKey, null=True, blank=True, on_delete=models.SET_NULL)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -125,7 +129,12 @@ class Run(FSMModelMixin, models.Model):
                 fields=["tenant", "idempotency_key"],
                 condition=~models.Q(idempotency_key=""),
                 name="run_unique_idempotency_key_per_tenant",
-            )
+            ),
+            models.UniqueConstraint(
+                fields=["tenant", "external_ref"],
+                condition=models.Q(external_ref__isnull=False),
+                name="run_unique_external_ref_per_tenant",
+            ),
         ]
 
     def __str__(self) -> str:

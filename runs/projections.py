@@ -71,7 +71,14 @@ def verify() -> list[str]:
 
 # --- runs -----------------------------------------------------------------------------------
 
-RUN_COLUMNS = ("state", "title", "correlation_id", "max_tool_calls", "max_attempts")
+RUN_COLUMNS = (
+    "state",
+    "title",
+    "correlation_id",
+    "external_ref",
+    "max_tool_calls",
+    "max_attempts",
+)
 
 
 def _stored_runs() -> Rows:
@@ -91,6 +98,7 @@ def _run_started(rows: Rows, event: Event, payload: dict[str, Any]) -> None:
         "state": Run.State.ACTIVE,
         "title": payload["title"],
         "correlation_id": payload["correlation_id"],
+        "external_ref": payload.get("external_ref"),
         "max_tool_calls": payload["max_tool_calls"],
         "max_attempts": payload["max_attempts"],
         "deadline": payload["deadline"],

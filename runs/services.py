@@ -113,9 +113,12 @@ def run_start(
     deadline: datetime | None = None,
     metadata: dict[str, Any] | None = None,
     idempotency_key: str = "",
+    external_ref: str | None = None,
     api_key: ApiKey | None = None,
 ) -> tuple[Run, bool]:
-    """Start a run; with an idempotency key, a retry returns the first run (created=False)."""
+    """Start a run. With an idempotency key, or an external ref (the framework's thread or
+    conversation id), asking again returns the first run (created=False); the same key or
+    ref with another body is a conflict."""
     deadline = deadline.astimezone(UTC) if deadline else None
     metadata = metadata or {}
     request = {
@@ -126,14 +129,18 @@ def run_start(
         "deadline": deadline.isoformat() if deadline else None,
         "metadata": metadata,
     }
+    if external_ref is not None:
+        # Only when given: the digests of runs started without one stay what they were.
+        request["external_ref"] = external_ref
     request_digest = digest(request)
-    if idempotency_key:
-        existing = Run.objects.filter(tenant=tenant, idempotency_key=idempotency_key).first()
-        if existing:
-            return _same_request(existing, request_digest), False
+    existing = _existing_run(tenant, idempotency_key, external_ref)
+    if existing:
+        return _same_request(existing, request_digest), False
     try:
         with transaction.atomic():
-            run = Run(
+            run = _run_insert(
+                request,
+                actor=actor,
                 tenant=tenant,
                 title=title,
                 metadata=metadata,
@@ -141,34 +148,50 @@ def run_start(
                 max_attempts=max_attempts,
                 deadline=deadline,
                 idempotency_key=idempotency_key,
+                external_ref=external_ref,
                 request_digest=request_digest,
                 api_key=api_key,
             )
-            # Without one from the agent, the run's own id correlates everything it causes.
-            run.correlation_id = correlation_id or run.pk
-            run.save(force_insert=True)
-            events.append(
-                run=run,
-                event_type="run.started",
-                payload={**request, "correlation_id": run.correlation_id},
-                producer="api",
-                actor=actor,
-            )
     except IntegrityError:
-        if not idempotency_key:
+        # A concurrent request with the same key or ref committed first: answer with its run.
+        existing = _existing_run(tenant, idempotency_key, external_ref)
+        if existing is None:
             raise
-        # A concurrent request with the same key committed first: answer with its run.
-        existing = Run.objects.get(tenant=tenant, idempotency_key=idempotency_key)
         return _same_request(existing, request_digest), False
     return run, True
+
+
+def _run_insert(request: dict[str, Any], *, actor: str, **fields: Any) -> Run:
+    run = Run(**fields)
+    # Without one from the agent, the run's own id correlates everything it causes.
+    run.correlation_id = request["correlation_id"] or run.pk
+    run.save(force_insert=True)
+    events.append(
+        run=run,
+        event_type="run.started",
+        payload={**request, "correlation_id": run.correlation_id},
+        producer="api",
+        actor=actor,
+    )
+    return run
+
+
+def _existing_run(tenant: Tenant, idempotency_key: str, external_ref: str | None) -> Run | None:
+    if idempotency_key:
+        existing = Run.objects.filter(tenant=tenant, idempotency_key=idempotency_key).first()
+        if existing:
+            return existing
+    if external_ref is not None:
+        return Run.objects.filter(tenant=tenant, external_ref=external_ref).first()
+    return None
 
 
 def _same_request(run: Run, request_digest: str) -> Run:
     if run.request_digest != request_digest:
         raise DomainError(
             errors.IDEMPOTENCY_CONFLICT,
-            f"Idempotency-Key was used for run {run.pk} with a different body; "
-            "use a new key for a new run.",
+            f"Run {run.pk} was started with this Idempotency-Key or external_ref and a "
+            "different body; use a new key (or ref) for a new run.",
         )
     return run
 

@@ -15,7 +15,7 @@ from runs import services as run_services
 from runs.models import Run, Tenant, User
 from runs.services import api_key_issue
 from tests.celery_processes import CeleryProcess, flush_broker, process_env
-from tests.helpers import ApiClient, make_user
+from tests.helpers import ApiClient, WebhookReceiver, make_user
 from tests.sandbox_process import Sandbox
 
 
@@ -131,3 +131,11 @@ def start_celery(sandbox: Sandbox, tmp_path: Path) -> Iterator[Callable[..., Cel
     yield start
     for process in started:
         process.stop()
+
+
+@pytest.fixture
+def webhook_receiver() -> Iterator[WebhookReceiver]:
+    """A real HTTP receiver for webhooks on 127.0.0.1 (tests/helpers.py, WebhookReceiver)."""
+    receiver = WebhookReceiver().start()
+    yield receiver
+    receiver.stop()

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import http.server
 import json
 import os
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -241,5 +243,54 @@ def embedded_env(var_dir: Path) -> dict[str, str]:
         if k not in {"DATABASE_URL", "CELERY_BROKER_URL", "DJANGO_SETTINGS_MODULE"}
     }
     env["COUNTERSIGN_VAR_DIR"] = str(var_dir)
+    # The client package of this checkout, as pytest's own `pythonpath` has it.
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "client"), env.get("PYTHONPATH")]))
     env["PYTHONUNBUFFERED"] = "1"
     return env
+
+
+# --- a webhook receiver ---------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Received:
+    headers: dict[str, str]
+    body: bytes
+
+
+class WebhookReceiver:
+    """A real HTTP server on 127.0.0.1, in a thread: it keeps every POST and answers each with
+    the next status of `answers` (200 once they are used up)."""
+
+    def __init__(self) -> None:
+        self.received: list[Received] = []
+        self.answers: list[int] = []
+        receiver = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                receiver.received.append(Received(dict(self.headers.items()), body))
+                status = receiver.answers.pop(0) if receiver.answers else 200
+                self.send_response(status)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"ok")
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hooks/countersign"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def start(self) -> WebhookReceiver:
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def events(self) -> list[dict[str, Any]]:
+        return [json.loads(r.body) for r in self.received]

@@ -237,3 +237,48 @@ def test_the_openapi_document_lists_the_endpoints(client) -> None:
         "/api/v1/runs/{run_id}/decisions",
         "/api/v1/runs/{run_id}/stop",
     } <= set(paths)
+
+
+# --- external_ref: the framework's thread or conversation id ----------------------------------
+
+
+def test_a_run_started_again_with_its_external_ref_is_the_same_run(agent: ApiClient) -> None:
+    body = {**RUN, "external_ref": "thread-7f3a"}
+    first = agent.post("/api/v1/runs", body)
+    again = agent.post("/api/v1/runs", body)
+    assert (first.status_code, again.status_code) == (201, 200)
+    assert again.json()["run_id"] == first.json()["run_id"]
+    assert again.json()["external_ref"] == "thread-7f3a"
+    assert again.headers["Idempotent-Replayed"] == "true"
+    assert Run.objects.count() == 1
+    assert Event.objects.count() == 1
+
+
+def test_the_same_external_ref_with_another_body_is_a_conflict(agent: ApiClient) -> None:
+    agent.post("/api/v1/runs", {**RUN, "external_ref": "thread-7f3a"})
+    response = agent.post("/api/v1/runs", {**RUN, "title": "Other", "external_ref": "thread-7f3a"})
+    assert response.status_code == 409
+    assert error_name(response) == "idempotency.conflict"
+    assert Run.objects.count() == 1
+
+
+def test_external_refs_are_per_tenant(agent: ApiClient, other_agent: ApiClient) -> None:
+    mine = agent.post("/api/v1/runs", {**RUN, "external_ref": "thread-1"})
+    theirs = other_agent.post("/api/v1/runs", {**RUN, "external_ref": "thread-1"})
+    assert (mine.status_code, theirs.status_code) == (201, 201)
+    assert mine.json()["run_id"] != theirs.json()["run_id"]
+
+
+def test_runs_without_an_external_ref_are_distinct(agent: ApiClient) -> None:
+    first = agent.post("/api/v1/runs", RUN).json()
+    second = agent.post("/api/v1/runs", RUN).json()
+    assert first["run_id"] != second["run_id"]
+    assert first["external_ref"] is None
+
+
+def test_the_external_ref_is_replayed_from_the_log(agent: ApiClient) -> None:
+    from runs import projections
+
+    agent.post("/api/v1/runs", {**RUN, "external_ref": "thread-7f3a"})
+    assert Event.objects.get().payload["external_ref"] == "thread-7f3a"
+    assert projections.verify() == []

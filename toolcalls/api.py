@@ -14,7 +14,8 @@ from runs import selectors as run_selectors
 from runs.api import ERRORS, RunOut, StrictSchema, run_out
 from runs.services import actor_for_key
 from toolcalls import capabilities, commands, lifecycle, propose, selectors
-from toolcalls.models import ToolCall
+from toolcalls.envelope import tool_call_out
+from toolcalls.models import AgentStatus
 from toolcalls.progress import progress
 
 router = Router(tags=["tool calls"])
@@ -49,10 +50,76 @@ class ErrorSummary(Schema):
     message: str
 
 
+class DecisionEntryOut(Schema):
+    user: str
+    decision: str
+    reason: str
+    # {"field": {"from": old, "to": new}} when this person edited the arguments.
+    changes: dict[str, Any] | None
+    at: datetime
+
+
+class DecisionOut(Schema):
+    """What people decided on the call's latest decided approval."""
+
+    outcome: str = Field(
+        ...,
+        description="approved (an approver's edit that needs nobody else counts), rejected, "
+        "pending (a quorum not reached yet), expired, invalidated or cancelled",
+    )
+    by: list[str] = Field(..., description="usernames, in the order they decided")
+    reason: str
+    decided_at: datetime
+    decisions: list[DecisionEntryOut]
+
+
+class ApprovalOut(Schema):
+    approval_id: str
+    state: str
+    required_approvers: int
+    approvals: int
+    rule: str
+    policy_version: int
+    expires_at: datetime
+
+
 class ToolCallOut(Schema):
+    """The result envelope (README, "The result envelope"), then the call's own fields."""
+
     tool_call_id: str
     run_id: str
     capability: str
+    status: AgentStatus = Field(
+        ...,
+        description="What to act on. awaiting_approval: a person decides (see approval_url); "
+        "running: proposed, authorized, dispatching, or sent and being verified; succeeded: "
+        "verification confirmed the effect; failed: it did not happen (or verification "
+        "confirmed it failed); rejected, expired: the approval said no or ran out; "
+        "cancelled: stopped before dispatch (also invalidated: the object or arguments "
+        "changed, propose again); unknown: the outcome is being looked up or a person owns "
+        "it — do not retry.",
+    )
+    result: dict[str, Any] | None = Field(
+        ..., description="The receipt's business fields (raw_result has the receipt verbatim)"
+    )
+    executed_args: dict[str, Any] = Field(
+        ...,
+        description="The arguments Countersign sends (or sent): an approver's edits included; "
+        "the proposed ones are in the tool_call.proposed event",
+    )
+    edited: bool = Field(..., description="An approver changed the arguments")
+    decision: DecisionOut | None
+    approval_url: str | None = Field(
+        ..., description="The approval page of the latest approval (COUNTERSIGN_BASE_URL)"
+    )
+    expires_at: datetime | None = Field(
+        ..., description="When its open approval expires (the policy's on_expiry follows)"
+    )
+    retry_after_s: int | None = Field(
+        ...,
+        description="Seconds before polling again; null when the status will not change by "
+        "itself. GET ?wait= answers as soon as it changes.",
+    )
     args: dict[str, Any]
     args_digest: str
     intent: str
@@ -62,9 +129,9 @@ class ToolCallOut(Schema):
     external_request_id: str
     execution_status: str
     verification_status: str
-    approval: dict[str, Any] | None
+    approval: ApprovalOut | None
     external_id: str
-    result: dict[str, Any] | None
+    raw_result: dict[str, Any] | None
     last_error: ErrorSummary | None
     attempts: int
     fencing_token: int
@@ -98,54 +165,6 @@ class WaitQuery(Schema):
     wait: float = Field(0, ge=0, le=MAX_WAIT_SECONDS)
     # The `updated_at` the caller last saw: a call that changed since answers at once.
     since: datetime | None = None
-
-
-def approval_out(call: ToolCall) -> dict[str, Any] | None:
-    approval = call.approvals.order_by("-created_at").first()
-    if approval is None:
-        return None
-    return {
-        "approval_id": approval.pk,
-        "state": approval.state,
-        "required_approvers": approval.required_approvers,
-        "approvals": approval.decisions.exclude(decision="reject").count(),
-        "rule": approval.rule_name,
-        "policy_version": approval.policy_version,
-        "expires_at": approval.expires_at,
-    }
-
-
-def tool_call_out(call: ToolCall) -> dict[str, Any]:
-    compensation = getattr(call, "compensation", None) if call.pk else None
-    return {
-        "tool_call_id": call.pk,
-        "run_id": call.run_id,
-        "capability": call.capability_id,
-        "args": call.args,
-        "args_digest": call.args_digest,
-        "intent": call.intent,
-        "object": {"ref": call.object_ref, "revision": call.object_revision},
-        "decision_id": call.decision_id,
-        "idempotency_key": call.idempotency_key,
-        "external_request_id": call.external_request_id,
-        "execution_status": call.execution_status,
-        "verification_status": call.verification_status,
-        "approval": approval_out(call),
-        "external_id": call.external_id,
-        "result": call.result,
-        "last_error": (
-            {"name": call.last_error_name, "message": call.last_error_message}
-            if call.last_error_name
-            else None
-        ),
-        "attempts": call.attempts.count(),
-        "fencing_token": call.fencing_token,
-        "depends_on": [dependency.pk for dependency in call.depends_on.all()],
-        "compensation_of": call.compensation_of_id,
-        "compensation": compensation.pk if compensation else None,
-        "created_at": call.created_at,
-        "updated_at": call.updated_at,
-    }
 
 
 @router.get("/capabilities", response={200: list[CapabilityOut], **ERRORS})
@@ -189,15 +208,73 @@ def get_tool_call(
     `since`, the `updated_at` you last saw, when given); a settled call answers at once."""
     call = selectors.tool_call_get(tenant=request.auth.tenant, tool_call_id=tool_call_id)
     deadline = time.monotonic() + query.wait
-    seen = query.since or call.updated_at
-    if call.updated_at != seen or call.is_settled:
+    seen = to_the_millisecond(query.since or call.updated_at)
+    if to_the_millisecond(call.updated_at) != seen or call.is_settled:
         return tool_call_out(call)
     while time.monotonic() < deadline:
         time.sleep(0.2)
         call = selectors.tool_call_get(tenant=request.auth.tenant, tool_call_id=tool_call_id)
-        if call.updated_at != seen:
+        if to_the_millisecond(call.updated_at) != seen:
             break
     return tool_call_out(call)
+
+
+def to_the_millisecond(moment: datetime) -> datetime:
+    """Answers write times to the millisecond (DjangoJSONEncoder), so a `since` the agent
+    copied from one is compared at that precision."""
+    return moment.replace(microsecond=moment.microsecond // 1000 * 1000)
+
+
+class CancelIn(StrictSchema):
+    reason: str = Field("", max_length=2000)
+
+
+@router.post("/tool-calls/{tool_call_id}/cancel", response={200: ToolCallOut, **ERRORS})
+def cancel_tool_call(
+    request: HttpRequest, tool_call_id: str, payload: CancelIn | None = None
+) -> dict[str, Any]:
+    """Cancel a call before it is dispatched (awaiting approval or authorized), with its open
+    approval; asking again answers the same. Once dispatched: 409
+    `tool_call.already_dispatched`, naming its state (its outcome is still recorded); a call
+    that ended unsent (rejected, expired …): 409 `tool_call.invalid_state`."""
+    call = commands.tool_call_cancel_before_dispatch(
+        tenant=request.auth.tenant,
+        tool_call_id=tool_call_id,
+        actor=actor_for_key(request.auth),
+        reason=payload.reason if payload else "",
+    )
+    return tool_call_out(call)
+
+
+class PolicyEvaluationIn(StrictSchema):
+    capability: str = Field(..., min_length=1, max_length=100)
+    args: dict[str, Any]
+
+
+class PolicyEvaluationOut(Schema):
+    capability: str
+    needs_approval: bool
+    rule: str | None = Field(..., description="The policy rule that asks; null when none does")
+    required_approvers: int
+    risk: str
+    policy_version: int
+    expiry_seconds: int | None
+    expires_at: datetime | None = Field(
+        ..., description="When the approval would expire if the call were proposed now"
+    )
+    on_expiry: str | None = Field(..., description="cancel, or hand_to_human (the run)")
+    summary: str = Field(..., description="What an approver would be shown")
+
+
+@router.post("/policy/evaluate", response={200: PolicyEvaluationOut, **ERRORS})
+def evaluate_policy(request: HttpRequest, payload: PolicyEvaluationIn) -> dict[str, Any]:
+    """A dry run: would a call of this capability with these arguments need approval now, by
+    which rule, from how many people, expiring when? Writes nothing; the arguments are checked
+    against the capability's schema (422 `tool.validation_failed`), not against the external
+    system (a proposal does that)."""
+    return propose.tool_call_evaluate_policy(
+        tenant=request.auth.tenant, capability_id=payload.capability, args=payload.args
+    )
 
 
 @router.post("/tool-calls/{tool_call_id}/retry", response={202: ToolCallOut, **ERRORS})

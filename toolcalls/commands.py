@@ -64,6 +64,43 @@ def tool_call_retry(
         return call
 
 
+def tool_call_cancel_before_dispatch(
+    *, tenant: Tenant, tool_call_id: str, actor: str, reason: str = ""
+) -> ToolCall:
+    """The agent no longer wants a call it proposed: cancel it and its open approval, as long
+    as nothing was sent. Cancelling a cancelled call answers the same."""
+    with transaction.atomic():
+        call = tool_call_lock_for_tenant(tenant, tool_call_id)
+        if call.execution_status == E.CANCELLED:
+            return call
+        if call.execution_status not in ToolCall.NOT_SENT:
+            raise _not_cancellable(call)
+        reason = reason or "cancelled by the agent"
+        lifecycle.tool_call_cancel(call=call, actor=actor, producer="api", reason=reason)
+        # The run may have waited for this call's approval only.
+        lifecycle.run_resume_if_unblocked(run_id=call.run_id, actor=actor, producer="api")
+    return call
+
+
+def _not_cancellable(call: ToolCall) -> DomainError:
+    state = {"execution_status": call.execution_status, "status": call.agent_status}
+    never_sent = call.execution_status in (E.REJECTED, E.EXPIRED, E.INVALIDATED) or (
+        call.execution_status == E.FAILED and not call.attempts.exists()
+    )
+    if never_sent:
+        return DomainError(
+            errors.INVALID_STATE,
+            f"{call.pk} is {call.execution_status} already; it will not be sent.",
+            details=[state],
+        )
+    return DomainError(
+        errors.ALREADY_DISPATCHED,
+        f"{call.pk} is {call.execution_status}: it was dispatched, so it cannot be cancelled. "
+        "Its outcome is still recorded; compensate a confirmed call to undo it.",
+        details=[state],
+    )
+
+
 def tool_call_reconcile_now(*, tenant: Tenant, tool_call_id: str, actor: str) -> ToolCall:
     with transaction.atomic():
         call = tool_call_lock_for_tenant(tenant, tool_call_id)

@@ -39,6 +39,7 @@ INVALID_STATE = "tool_call.invalid_state"
 OUTCOME_UNKNOWN = "tool_call.outcome_unknown"  # retry refused: it may have happened
 NOT_RETRYABLE = "tool_call.not_retryable"
 NOT_UNKNOWN = "tool_call.not_unknown"  # look-up asked for an outcome that is known
+ALREADY_DISPATCHED = "tool_call.already_dispatched"  # cancel refused: it was sent already
 COMPENSATION_NOT_AVAILABLE = "compensation.not_available"
 COMPENSATION_NOT_CONFIRMED = "compensation.not_confirmed"
 

@@ -26,7 +26,7 @@ from runs.canonical import digest
 from runs.errors import DomainError, not_found
 from runs.models import Tenant, User
 from runs.services import actor_for_user
-from toolcalls import capabilities, errors, lifecycle
+from toolcalls import capabilities, errors, lifecycle, webhooks
 from toolcalls.capabilities import Capability
 from toolcalls.checks import arguments_check, business_check, edits_check
 from toolcalls.models import E, ToolCall
@@ -174,8 +174,10 @@ def tool_call_follow_approval(
         tool_call_authorize(
             call=call, actor=actor, producer=producer, reason=reason or f"approved ({approval.pk})"
         )
+        webhooks.approval_decided(approval, call)
     elif approval.state == Approval.State.REJECTED:
         tool_call_transition(call, "reject", actor=actor, producer=producer, reason=reason)
+        webhooks.approval_decided(approval, call)
     elif approval.state == Approval.State.EXPIRED:
         if call.execution_status == E.AUTHORIZED:
             tool_call_transition(
@@ -351,6 +353,7 @@ def _ask_again_after_edit(
         tool_call_authorize(
             call=call, actor=actor, producer="console", reason="edited arguments need no approval"
         )
+        webhooks.approval_decided(approval, call)
         lifecycle.run_resume_if_unblocked(run_id=call.run_id, actor=actor, producer="console")
         return approval
     replacement = tool_call_hold_for_approval(

@@ -15,6 +15,9 @@ from django_fsm import FSMField, FSMModelMixin, transition
 from runs.ids import new_id
 from runs.models import Decision, Run, Tenant
 
+# Registered with this app; kept in their own module (the sending is in toolcalls/webhooks.py).
+from toolcalls.webhook_models import Webhook, WebhookAttempt, WebhookDelivery  # noqa: F401
+
 
 class Execution(models.TextChoices):
     PROPOSED = "proposed"
@@ -42,8 +45,36 @@ class Verification(models.TextChoices):
     INCONCLUSIVE = "inconclusive"
 
 
+class AgentStatus(models.TextChoices):
+    """What an agent acts on, in one word: the `status` of every tool-call answer and webhook.
+    `ToolCall.agent_status` is the one mapping from the two machines (README, "The result
+    envelope")."""
+
+    AWAITING_APPROVAL = "awaiting_approval"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    REJECTED = "rejected"
+    EXPIRED = "expired"
+    CANCELLED = "cancelled"
+    UNKNOWN = "unknown"
+
+
+# The statuses that no longer change by themselves (`tool_call.terminal` webhooks). `unknown`
+# is not one: reconciliation or a person still settles it.
+TERMINAL_STATUSES = frozenset(
+    {
+        AgentStatus.SUCCEEDED,
+        AgentStatus.FAILED,
+        AgentStatus.REJECTED,
+        AgentStatus.EXPIRED,
+        AgentStatus.CANCELLED,
+    }
+)
+
 E = Execution
 V = Verification
+S = AgentStatus
 
 
 class ToolCall(FSMModelMixin, models.Model):
@@ -143,6 +174,41 @@ class ToolCall(FSMModelMixin, models.Model):
         return (
             self.execution_status in self.FINAL_EXECUTION and self.verification_status != V.PENDING
         )
+
+    # Sent and acknowledged: what it achieved is what verification observed.
+    SENT = (E.ACCEPTED, E.COMPLETED, E.COMPENSATING, E.COMPENSATED)
+    STATUS_BY_EXECUTION = {
+        E.PROPOSED: S.RUNNING,
+        E.AUTHORIZED: S.RUNNING,
+        E.DISPATCHING: S.RUNNING,
+        E.AWAITING_APPROVAL: S.AWAITING_APPROVAL,
+        E.FAILED: S.FAILED,
+        E.RESULT_UNKNOWN: S.UNKNOWN,
+        E.NEEDS_HUMAN: S.UNKNOWN,
+        E.REJECTED: S.REJECTED,
+        E.EXPIRED: S.EXPIRED,
+        E.INVALIDATED: S.CANCELLED,
+        E.CANCELLED: S.CANCELLED,
+    }
+    STATUS_BY_VERIFICATION = {
+        V.NOT_OBSERVED: S.RUNNING,
+        V.PENDING: S.RUNNING,
+        V.CONFIRMED_SUCCESS: S.SUCCEEDED,
+        V.CONFIRMED_FAILURE: S.FAILED,
+        V.INCONCLUSIVE: S.UNKNOWN,
+    }
+
+    @property
+    def agent_status(self) -> str:
+        """The one word an agent acts on (AgentStatus). A call that was sent is judged by what
+        verification observed, not by the system's answer alone."""
+        if self.execution_status in self.SENT:
+            return self.STATUS_BY_VERIFICATION[self.verification_status]
+        return self.STATUS_BY_EXECUTION[self.execution_status]
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.agent_status in TERMINAL_STATUSES
 
     @property
     def is_unknown(self) -> bool:

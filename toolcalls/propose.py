@@ -3,10 +3,13 @@ for approval or authorize it (DESIGN sections 5, 6 and 8)."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from django.db import IntegrityError, transaction
+from django.utils import timezone
 
+from approvals.policies import policy_preview, requirement
 from runs.canonical import digest
 from runs.errors import (
     AUTH_SCOPE_MISSING,
@@ -88,6 +91,32 @@ def tool_call_propose(
         existing = ToolCall.objects.get(tenant=tenant, idempotency_key=key)
         return _same_call(existing, args_digest), False
     return call, True
+
+
+def tool_call_evaluate_policy(*, tenant: Tenant, capability_id: str, args: Any) -> dict:
+    """A dry run of the policy for a proposal of these arguments now: would people have to
+    approve it, by which rule, how many, and until when. It writes nothing (not even the
+    default policy a first proposal writes) and reads no external system: the business check
+    runs only when the call is proposed."""
+    capability = _capability(capability_id)
+    problems = capability.validate(args)
+    if problems:
+        raise invalid(problems)
+    policy = policy_preview(tenant, capability.id)
+    needed = requirement(policy, args, capability.risk)
+    asks = needed.approvers > 0
+    return {
+        "capability": capability.id,
+        "needs_approval": asks,
+        "rule": needed.rule_name if asks else None,
+        "required_approvers": needed.approvers,
+        "risk": needed.risk,
+        "policy_version": policy.version,
+        "expiry_seconds": policy.expiry_seconds if asks else None,
+        "expires_at": timezone.now() + timedelta(seconds=policy.expiry_seconds) if asks else None,
+        "on_expiry": policy.on_expiry if asks else None,
+        "summary": capability.summary(args),
+    }
 
 
 def _capability(capability_id: str) -> Capability:

@@ -6,7 +6,7 @@ from django.db.models import Q, QuerySet
 
 from runs.errors import not_found
 from runs.models import Run, Tenant
-from toolcalls.models import E, ToolCall
+from toolcalls.models import E, ToolCall, WebhookDelivery
 
 
 def tool_call_get(*, tenant: Tenant, tool_call_id: str) -> ToolCall:
@@ -40,3 +40,13 @@ def calls_effect_pending(
     if exclude:
         calls = calls.exclude(pk=exclude)
     return calls.order_by("created_at", "id")
+
+
+def webhook_deliveries(*, tenant: Tenant, limit: int = 100) -> list[WebhookDelivery]:
+    """The tenant's latest webhook deliveries, newest first, each with its attempts."""
+    return list(
+        WebhookDelivery.objects.filter(tenant=tenant)
+        .select_related("webhook")
+        .prefetch_related("attempt_log")
+        .order_by("-created_at")[:limit]
+    )

@@ -6,7 +6,7 @@ from __future__ import annotations
 from celery import shared_task
 
 from runs.faults import crashpoint
-from toolcalls import dispatch, gate, reconcile, sweeps, verify
+from toolcalls import dispatch, gate, reconcile, sweeps, verify, webhooks
 
 
 @shared_task(name="toolcalls.dispatch")
@@ -23,6 +23,11 @@ def reconcile_tool_call(tool_call_id: str, outbox_id: str | None = None) -> None
 @shared_task(name="toolcalls.verify")
 def verify_tool_call(tool_call_id: str, outbox_id: str | None = None) -> None:
     verify.tool_call_verify(tool_call_id=tool_call_id, outbox_id=outbox_id)
+
+
+@shared_task(name="toolcalls.deliver_webhook")
+def deliver_webhook(delivery_id: str, outbox_id: str | None = None) -> None:
+    webhooks.webhook_deliver(delivery_id=delivery_id, outbox_id=outbox_id)
 
 
 @shared_task(name="toolcalls.sweep_leases")

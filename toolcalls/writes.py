@@ -14,7 +14,7 @@ from django.conf import settings
 from runs import events, transitions
 from runs.errors import DomainError, not_found
 from runs.models import Event, Tenant
-from toolcalls import capabilities, errors
+from toolcalls import capabilities, errors, webhooks
 from toolcalls.capabilities import Capability
 from toolcalls.event_types import EXECUTION_EVENTS, VERIFICATION_EVENTS
 from toolcalls.models import ToolCall
@@ -49,9 +49,11 @@ def tool_call_transition(
     call: ToolCall, action: str, *, actor: str, producer: str, reason: str = "", **details: Any
 ) -> None:
     """Apply one transition of either machine, log it and save the call. Set the other
-    fields the change needs (errors, lease, result) before calling it."""
+    fields the change needs (errors, lease, result) before calling it. A call that reaches a
+    terminal status here is reported to the tenant's webhooks, in the same transaction."""
     verification = action in VERIFICATION_EVENTS
-    transitions.apply(
+    status_before = call.agent_status
+    event = transitions.apply(
         call,
         action,
         field="verification_status" if verification else "execution_status",
@@ -64,6 +66,8 @@ def tool_call_transition(
         refusal=errors.INVALID_STATE,
         **details,
     )
+    if call.agent_status != status_before and call.is_terminal:
+        webhooks.tool_call_terminal(call, event_id=event.pk)
 
 
 def tool_call_lock(tool_call_id: str) -> ToolCall | None:

@@ -1,94 +1,128 @@
-"""A small Python client for the agent API: the common path is one call each.
+"""The synchronous client: the common path of an agent is one call each.
 
     from countersign import Countersign
     cs = Countersign("http://127.0.0.1:8000", api_key)
-    run = cs.start_run("Refund order-001", idempotency_key="refund-order-001")
-    cs.record_decision(run["run_id"], "refund_eligibility", {"eligible": True})
+    run = cs.start_run("Refund order-001", external_ref=thread_id)
+    call = cs.propose(run["run_id"], "refund-order-v2", args, intent=tool_call_id)
+    call = cs.wait(call["tool_call_id"], timeout=60)   # call["status"] says what to do next
 
-It depends on httpx only.
+It depends on httpx only. Retries are described in countersign/_core.py.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, cast
 
 import httpx
 
+from countersign import _core
+from countersign._core import CountersignError, Request
+from countersign.types import TERMINAL, Decision, PolicyEvaluation, Run, ToolCall
 
-class CountersignError(Exception):
-    """The API refused a request; `name` is the stable dotted error name."""
-
-    def __init__(self, status: int, name: str, message: str, details: list[Any]) -> None:
-        super().__init__(f"{status} {name}: {message}")
-        self.status = status
-        self.name = name
-        self.message = message
-        self.details = details
+__all__ = ["Countersign", "CountersignError"]
 
 
 class Countersign:
-    def __init__(self, base_url: str, api_key: str, timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str,
+        *,
+        timeout: float = 30.0,
+        max_retries: int = 3,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.max_retries = max_retries
         self.http = httpx.Client(
-            base_url=base_url.rstrip("/") + "/api/v1",
+            base_url=base_url.rstrip("/") + _core.API_PREFIX,
             headers={"Authorization": f"Bearer {api_key}"},
             timeout=timeout,
+            transport=transport,
         )
+
+    def __enter__(self) -> Countersign:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     def close(self) -> None:
         self.http.close()
 
-    def _call(
-        self,
-        method: str,
-        path: str,
-        body: dict[str, Any] | None = None,
-        headers: dict[str, str] | None = None,
-        params: dict[str, Any] | None = None,
-    ) -> dict[str, Any]:
-        response = self.http.request(method, path, json=body, headers=headers, params=params)
-        if response.status_code >= 400:
+    def _send(self, request: Request) -> Any:
+        attempt = 0
+        while True:
             try:
-                error = response.json()["error"]
-            except (ValueError, KeyError):
-                error = {"name": "http.error", "message": response.text[:200], "details": []}
-            raise CountersignError(
-                response.status_code, error["name"], error["message"], error.get("details", [])
-            )
-        return response.json()
+                response = self.http.request(
+                    request.method,
+                    request.path,
+                    json=request.json,
+                    params=request.params,
+                    headers=request.headers,
+                    timeout=request.timeout or self.http.timeout,
+                )
+            except httpx.TransportError as exc:
+                delay = _core.delay_after_error(exc, request, attempt, self.max_retries)
+                if delay is None:
+                    raise
+            else:
+                delay = _core.delay_after_response(response, attempt, self.max_retries)
+                if delay is None:
+                    return _core.result_of(response)
+            time.sleep(delay)
+            attempt += 1
+
+    # --- runs and decisions -------------------------------------------------------------
 
     def start_run(
-        self, title: str, *, idempotency_key: str | None = None, **fields: Any
-    ) -> dict[str, Any]:
-        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
-        return self._call("POST", "/runs", {"title": title, **fields}, headers=headers)
+        self,
+        title: str,
+        *,
+        idempotency_key: str | None = None,
+        external_ref: str | None = None,
+        **fields: Any,
+    ) -> Run:
+        """Start a run (`correlation_id`, `max_tool_calls`, `deadline`, `metadata` …). With an
+        `external_ref` (the framework's thread id) starting it again returns the same run."""
+        request = _core.start_run(
+            title, idempotency_key=idempotency_key, external_ref=external_ref, fields=fields
+        )
+        return cast(Run, self._send(request))
 
-    def get_run(self, run_id: str) -> dict[str, Any]:
-        return self._call("GET", f"/runs/{run_id}")
+    def get_run(self, run_id: str) -> Run:
+        return cast(Run, self._send(Request("GET", f"/runs/{run_id}")))
 
     def record_decision(
-        self, run_id: str, kind: str, content: dict[str, Any], supersedes: str | None = None
-    ) -> dict[str, Any]:
-        body = {"kind": kind, "content": content, "supersedes": supersedes}
-        return self._call("POST", f"/runs/{run_id}/decisions", body)
+        self,
+        run_id: str,
+        kind: str,
+        content: dict[str, Any],
+        supersedes: str | None = None,
+        turn_id: str = "",
+    ) -> Decision:
+        request = _core.record_decision(run_id, kind, content, supersedes, turn_id)
+        return cast(Decision, self._send(request))
 
-    def stop_run(self, run_id: str, reason: str = "") -> dict[str, Any]:
-        return self._call("POST", f"/runs/{run_id}/stop", {"reason": reason})
+    def stop_run(self, run_id: str, reason: str = "") -> Run:
+        return cast(Run, self._send(Request("POST", f"/runs/{run_id}/stop", {"reason": reason})))
 
-    def finish_run(
-        self, run_id: str, *, failed_permanently: bool = False, reason: str = ""
-    ) -> dict[str, Any]:
-        body = {"failed_permanently": failed_permanently, "reason": reason}
-        return self._call("POST", f"/runs/{run_id}/complete", body)
+    def finish_run(self, run_id: str, *, failed_permanently: bool = False, reason: str = "") -> Run:
+        return cast(Run, self._send(_core.finish_run(run_id, failed_permanently, reason)))
 
     def progress(self, run_id: str) -> dict[str, Any]:
-        return self._call("GET", f"/runs/{run_id}/progress")
-
-    def compensate(self, tool_call_id: str) -> dict[str, Any]:
-        return self._call("POST", f"/tool-calls/{tool_call_id}/compensate")
+        return self._send(Request("GET", f"/runs/{run_id}/progress"))
 
     def capabilities(self) -> list[dict[str, Any]]:
-        return self.http.get("/capabilities").json()
+        return self._send(Request("GET", "/capabilities"))
+
+    # --- tool calls ---------------------------------------------------------------------
+
+    def evaluate_policy(self, capability: str, args: dict[str, Any]) -> PolicyEvaluation:
+        """Would these arguments need approval now, by which rule, from how many people?
+        Writes nothing."""
+        body = {"capability": capability, "args": args}
+        return cast(PolicyEvaluation, self._send(Request("POST", "/policy/evaluate", body)))
 
     def propose(
         self,
@@ -101,49 +135,54 @@ class Countersign:
         object_ref: str = "",
         object_revision: int | None = None,
         depends_on: list[str] | None = None,
-    ) -> dict[str, Any]:
-        """Propose a tool call. Safe to repeat: the same intent and args give the same call."""
-        body: dict[str, Any] = {"capability": capability, "args": args, "intent": intent}
-        if depends_on:
-            body["depends_on"] = depends_on
-        if decision_id:
-            body["decision_id"] = decision_id
-        if object_ref or object_revision is not None:
-            body["object"] = {"ref": object_ref, "revision": object_revision}
-        return self._call("POST", f"/runs/{run_id}/tool-calls", body)
+    ) -> ToolCall:
+        """Propose a side effect. Safe to repeat: the same intent (the framework's tool-call
+        id) and args give the same call back."""
+        request = _core.propose(
+            run_id,
+            capability,
+            args,
+            intent=intent,
+            decision_id=decision_id,
+            object_ref=object_ref,
+            object_revision=object_revision,
+            depends_on=depends_on,
+        )
+        return cast(ToolCall, self._send(request))
 
-    def tool_call(self, tool_call_id: str, wait: float = 0, since: str = "") -> dict[str, Any]:
-        """Read a call; with `wait`, answer as soon as it changes after `since` (the
-        `updated_at` last seen), at most 30 s later."""
-        params: dict[str, Any] = {"wait": wait}
-        if since:
-            params["since"] = since
-        return self._call("GET", f"/tool-calls/{tool_call_id}", params=params)
+    def tool_call(self, tool_call_id: str, wait: float = 0, since: str = "") -> ToolCall:
+        """Read a call; with `wait` (seconds, at most 30), answer as soon as it changes after
+        `since` (the `updated_at` last seen)."""
+        return cast(ToolCall, self._send(_core.get_tool_call(tool_call_id, wait, since)))
 
-    def wait_settled(self, tool_call_id: str, timeout: float = 120) -> dict[str, Any]:
-        """Follow a call until its execution and verification can no longer move by
-        themselves (or the timeout passes), and return it."""
+    def wait(
+        self, tool_call_id: str, timeout: float = 60, *, until: frozenset[str] = TERMINAL
+    ) -> ToolCall:
+        """Follow a call with long polls until its status is in `until` (a terminal one) or
+        `timeout` seconds pass, and return it as it is then (look at `status`)."""
         deadline = time.monotonic() + timeout
         call = self.tool_call(tool_call_id)
-        while time.monotonic() < deadline and not is_settled(call):
-            wait = min(20, max(deadline - time.monotonic(), 0))
-            call = self.tool_call(tool_call_id, wait=wait, since=call["updated_at"])
+        while call["status"] not in until:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            call = self.tool_call(tool_call_id, wait=left, since=call["updated_at"])
         return call
 
+    def cancel(self, tool_call_id: str, reason: str = "") -> ToolCall:
+        """Cancel a call before it is dispatched; after, CountersignError
+        `tool_call.already_dispatched` (its outcome is still recorded)."""
+        body = {"reason": reason}
+        return cast(
+            ToolCall, self._send(Request("POST", f"/tool-calls/{tool_call_id}/cancel", body))
+        )
 
-SETTLED_EXECUTION = {
-    "completed",
-    "failed",
-    "rejected",
-    "expired",
-    "invalidated",
-    "cancelled",
-    "compensated",
-    "needs_human",
-}
+    def retry(self, tool_call_id: str) -> ToolCall:
+        return cast(ToolCall, self._send(_core.retry(tool_call_id)))
 
+    def reconcile(self, tool_call_id: str) -> ToolCall:
+        return cast(ToolCall, self._send(Request("POST", f"/tool-calls/{tool_call_id}/reconcile")))
 
-def is_settled(call: dict[str, Any]) -> bool:
-    return (
-        call["execution_status"] in SETTLED_EXECUTION and call["verification_status"] != "pending"
-    )
+    def compensate(self, tool_call_id: str) -> ToolCall:
+        path = f"/tool-calls/{tool_call_id}/compensate"
+        return cast(ToolCall, self._send(Request("POST", path)))

@@ -292,6 +292,12 @@ OUTBOX_REPUBLISH_AFTER_SECONDS = float(os.environ.get("OUTBOX_REPUBLISH_AFTER_SE
 OUTBOX_MAX_REPUBLISHES = int(os.environ.get("OUTBOX_MAX_REPUBLISHES", "20"))
 # How often beat sweeps: expired leases, outbox messages nobody took.
 SWEEP_INTERVAL_SECONDS = float(os.environ.get("SWEEP_INTERVAL_SECONDS", "10"))
+# Webhooks (toolcalls/webhooks.py): how long a receiver may take to answer, how many attempts
+# a delivery gets, and the backoff between them (doubling from the base, capped, with jitter).
+WEBHOOK_TIMEOUT_SECONDS = float(os.environ.get("WEBHOOK_TIMEOUT_SECONDS", "10"))
+WEBHOOK_MAX_ATTEMPTS = int(os.environ.get("WEBHOOK_MAX_ATTEMPTS", "8"))
+WEBHOOK_RETRY_BASE_SECONDS = float(os.environ.get("WEBHOOK_RETRY_BASE_SECONDS", "10"))
+WEBHOOK_RETRY_MAX_SECONDS = float(os.environ.get("WEBHOOK_RETRY_MAX_SECONDS", "3600"))
 # How often beat expires due approvals and escalates those close to expiry.
 APPROVAL_SWEEP_SECONDS = float(os.environ.get("APPROVAL_SWEEP_SECONDS", "60"))
 CELERY_BEAT_SCHEDULE = {

@@ -1,5 +1,6 @@
-"""Pages for a tenant's admins: the audit trail and its export, the operations dashboard, and
-/metrics for Prometheus (one tenant for its admin, every tenant for the internal token)."""
+"""Pages for a tenant's admins: the audit trail and its export, the operations dashboard, the
+webhook delivery log, and /metrics for Prometheus (one tenant for its admin, every tenant for
+the internal token)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from django.views.decorators.http import require_GET
 from console import audit, metrics
 from runs.models import Event
 from runs.permissions import tenant_admin_required
+from toolcalls import selectors
 
 AUDIT_PAGE_SIZE = 100
 
@@ -57,6 +59,14 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     context = {"figures": metrics.collect(tenant=tenant)[tenant.slug], "now": timezone.now()}
     template = "runs/dashboard.html#figures" if request.htmx else "runs/dashboard.html"
     return render(request, template, context)
+
+
+@never_cache
+@require_GET
+@tenant_admin_required
+def webhook_deliveries(request: HttpRequest) -> HttpResponse:
+    deliveries = selectors.webhook_deliveries(tenant=request.user.tenant)
+    return render(request, "toolcalls/webhooks.html", {"deliveries": deliveries})
 
 
 def _token_matches(authorization: str) -> bool:

@@ -197,3 +197,38 @@ def test_a_stopped_run_cancels_its_undispatched_calls(agent: ApiClient, run_id: 
     assert ToolCall.objects.get(pk=call_id).execution_status == "cancelled"
     late = propose(agent, REFUND, run_id=run_id, intent="late", status=409)
     assert late["error"]["name"] == "run.closed"
+
+
+# --- the key an agent framework already has, as the intent ----------------------------------
+
+FRAMEWORK_IDS = [
+    "call_abc123",  # OpenAI (Chat Completions, Responses, the Agents SDK)
+    "toolu_01A09q90qw90lq917835lq9",  # Anthropic
+    # LangGraph: thread id, run id, tool-call id
+    "9f1c2b7e-5d3a-4c1e-8f2a-1b2c3d4e5f60:1ef8b6a4-2c3d-6e7f-8a9b-0c1d2e3f4a5b:call_XyZ987",
+    "x" * 200,
+]
+
+
+@pytest.mark.parametrize("intent", FRAMEWORK_IDS)
+def test_a_frameworks_tool_call_id_is_the_intent(
+    agent: ApiClient, run_id: str, sandbox: Sandbox, intent: str
+) -> None:
+    first = propose(agent, REFUND, run_id=run_id, intent=intent, status=201)
+    response = agent.post(
+        f"/api/v1/runs/{run_id}/tool-calls",
+        {"capability": "refund-order-v2", "args": REFUND, "intent": intent},
+    )
+    # A framework that replays the node proposes again and gets the same call back.
+    assert response.status_code == 200
+    assert response.headers["Idempotent-Replayed"] == "true"
+    assert response.json()["tool_call_id"] == first["tool_call_id"]
+    assert response.json()["intent"] == intent
+    assert ToolCall.objects.count() == 1
+
+
+def test_an_intent_over_200_characters_is_refused(
+    agent: ApiClient, run_id: str, sandbox: Sandbox
+) -> None:
+    error = propose(agent, REFUND, run_id=run_id, intent="x" * 201, status=422)["error"]
+    assert [d["field"] for d in error["details"]] == ["intent"]
