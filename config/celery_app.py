@@ -1,10 +1,13 @@
 from __future__ import annotations
 
+import inspect
 import os
 from typing import Any
 
 from celery import Celery, signals
 from django.db import close_old_connections
+
+from runs import logcontext
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.base")
 
@@ -32,3 +35,23 @@ def retire_broken_or_old_connections(sender: Any = None, **kwargs: Any) -> None:
     if sender is not None and getattr(sender.request, "is_eager", False):
         return
     close_old_connections()
+
+
+@signals.task_prerun.connect
+def bind_the_task_ids(sender: Any = None, args: Any = (), kwargs: Any = None, **_: Any) -> None:
+    """Each task's log lines and spans start with the ids its arguments name (`tool_call_id`,
+    `approval_id`); the services bind more once they load the row. An eager task keeps its
+    caller's."""
+    if sender is None or getattr(sender.request, "is_eager", False):
+        return
+    try:
+        named = inspect.signature(sender.run).bind_partial(*args, **(kwargs or {})).arguments
+    except TypeError:
+        named = {}
+    logcontext.start(**{name: value for name, value in named.items() if isinstance(value, str)})
+
+
+@signals.task_postrun.connect
+def forget_the_task_ids(sender: Any = None, **kwargs: Any) -> None:
+    if sender is not None and not getattr(sender.request, "is_eager", False):
+        logcontext.start()

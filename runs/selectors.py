@@ -7,6 +7,7 @@ from hashlib import sha256
 
 from django.db.models import QuerySet
 
+from runs import logcontext
 from runs.errors import not_found
 from runs.models import ApiKey, Decision, Event, Run, Tenant
 
@@ -19,6 +20,7 @@ def run_get(*, tenant: Tenant, run_id: str) -> Run:
     run = Run.objects.filter(tenant=tenant, pk=run_id).first()
     if run is None:
         raise not_found("run", run_id)
+    logcontext.bind(run_id=run.pk, correlation_id=run.correlation_id)  # for logs and spans
     return run
 
 
