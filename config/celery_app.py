@@ -7,6 +7,7 @@ from typing import Any
 from celery import Celery, signals
 from django.db import close_old_connections
 
+from config import telemetry
 from runs import logcontext
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.base")
@@ -55,3 +56,15 @@ def bind_the_task_ids(sender: Any = None, args: Any = (), kwargs: Any = None, **
 def forget_the_task_ids(sender: Any = None, **kwargs: Any) -> None:
     if sender is not None and not getattr(sender.request, "is_eager", False):
         logcontext.start()
+
+
+# Tracing starts where tasks run — in each prefork child, after the fork (a span exporter's
+# thread does not survive one) — and in beat, which publishes the periodic tasks.
+@signals.worker_process_init.connect
+def trace_the_worker(**kwargs: Any) -> None:
+    telemetry.configure("worker")
+
+
+@signals.beat_init.connect
+def trace_beat(**kwargs: Any) -> None:
+    telemetry.configure("beat")

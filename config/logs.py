@@ -1,8 +1,8 @@
 """Log lines an operator can follow one call through (LOGGING in config/settings/base.py).
 
-`IdsFilter` adds the ids the request or task has bound (runs/logcontext.py) to every record.
-`JsonFormatter` writes one JSON object per line (LOG_FORMAT=json, the default);
-`TextFormatter` the same facts as text (LOG_FORMAT=text).
+`IdsFilter` adds the ids the request or task has bound (runs/logcontext.py) to every record,
+and the trace and span ids when tracing is on. `JsonFormatter` writes one JSON object per line
+(LOG_FORMAT=json, the default); `TextFormatter` the same facts as text (LOG_FORMAT=text).
 """
 
 from __future__ import annotations
@@ -11,12 +11,13 @@ import json
 import logging
 from datetime import UTC, datetime
 
+from config import telemetry
 from runs import logcontext
 
 
 class IdsFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
-        record.ids = logcontext.bound()
+        record.ids = {**logcontext.bound(), **telemetry.current_trace_ids()}
         return True
 
 

@@ -3,7 +3,9 @@
 Each web request (`LogContextMiddleware`) and each Celery task (`config/celery_app.py`) starts
 with none and binds them as they become known: the tenant of the API key or the person, the
 run, call or approval its URL names, the task's arguments, the call it loaded and locked
-(`toolcalls.writes.tool_call_lock`). `config/logs.py` writes them into every log line.
+(`toolcalls.writes.tool_call_lock`). `config/logs.py` writes them into every log line; when
+tracing is on, `config/telemetry.py` sets `span_hook` so they also become attributes of the
+current span.
 """
 
 from __future__ import annotations
@@ -15,12 +17,14 @@ from typing import Any
 from django.core.signals import request_finished
 from django.http import HttpRequest, HttpResponse
 
-# The names in log lines.
+# The names, in log lines and span attributes alike.
 IDS = ("tenant", "run_id", "tool_call_id", "approval_id", "correlation_id")
 # URL parameters that name one of them (API and console).
 URL_IDS = ("run_id", "tool_call_id", "approval_id")
 
 _bound: ContextVar[dict[str, str] | None] = ContextVar("countersign_ids", default=None)
+# Called with the ids just bound; set by config.telemetry only when tracing is on.
+span_hook: Callable[[dict[str, str]], None] | None = None
 
 
 def bind(
@@ -43,6 +47,8 @@ def bind(
     if not new:
         return
     _bound.set({**(_bound.get() or {}), **new})
+    if span_hook is not None:
+        span_hook(new)
 
 
 def bound() -> dict[str, str]:
