@@ -12,7 +12,7 @@ from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import HttpBearer
 
 from config.strict_json import StrictJSONParser, strict_request
-from runs import errors
+from runs import errors, logcontext
 from runs.errors import DomainError
 from runs.models import ApiKey
 from runs.selectors import api_key_authenticate
@@ -20,7 +20,10 @@ from runs.selectors import api_key_authenticate
 
 class ApiKeyAuth(HttpBearer):
     def authenticate(self, request: HttpRequest, token: str) -> ApiKey | None:
-        return api_key_authenticate(token)
+        key = api_key_authenticate(token)
+        if key is not None:
+            logcontext.bind(tenant=key.tenant.slug)
+        return key
 
 
 api = NinjaAPI(

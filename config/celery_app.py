@@ -1,10 +1,14 @@
 from __future__ import annotations
 
+import inspect
 import os
 from typing import Any
 
 from celery import Celery, signals
 from django.db import close_old_connections
+
+from config import telemetry
+from runs import logcontext
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.base")
 
@@ -32,3 +36,35 @@ def retire_broken_or_old_connections(sender: Any = None, **kwargs: Any) -> None:
     if sender is not None and getattr(sender.request, "is_eager", False):
         return
     close_old_connections()
+
+
+@signals.task_prerun.connect
+def bind_the_task_ids(sender: Any = None, args: Any = (), kwargs: Any = None, **_: Any) -> None:
+    """Each task's log lines and spans start with the ids its arguments name (`tool_call_id`,
+    `approval_id`); the services bind more once they load the row. An eager task keeps its
+    caller's."""
+    if sender is None or getattr(sender.request, "is_eager", False):
+        return
+    try:
+        named = inspect.signature(sender.run).bind_partial(*args, **(kwargs or {})).arguments
+    except TypeError:
+        named = {}
+    logcontext.start(**{name: value for name, value in named.items() if isinstance(value, str)})
+
+
+@signals.task_postrun.connect
+def forget_the_task_ids(sender: Any = None, **kwargs: Any) -> None:
+    if sender is not None and not getattr(sender.request, "is_eager", False):
+        logcontext.start()
+
+
+# Tracing starts where tasks run — in each prefork child, after the fork (a span exporter's
+# thread does not survive one) — and in beat, which publishes the periodic tasks.
+@signals.worker_process_init.connect
+def trace_the_worker(**kwargs: Any) -> None:
+    telemetry.configure("worker")
+
+
+@signals.beat_init.connect
+def trace_beat(**kwargs: Any) -> None:
+    telemetry.configure("beat")

@@ -271,6 +271,10 @@ class OutboxMessage(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     done_at = models.DateTimeField(null=True, blank=True)
     published_count = models.PositiveIntegerField(default=0)
+    # The W3C traceparent of the span that wrote the message (null when tracing is off): the
+    # publish, whenever it happens, continues that trace (config/telemetry.py).
+    # Null, not "": no trace is not an empty trace context.
+    traceparent = models.CharField(max_length=128, null=True, blank=True)  # noqa: DJ001
 
     class Meta:
         indexes = [

@@ -11,6 +11,7 @@ from django.db import connection, transaction
 from django.db.models import F, QuerySet
 from django.utils import timezone
 
+from config import telemetry
 from runs.models import OutboxMessage
 
 log = logging.getLogger(__name__)
@@ -25,7 +26,10 @@ def enqueue(task: str, *args: Any, countdown: float = 0, publish_now: bool = Tru
     if not connection.in_atomic_block:
         raise RuntimeError("outbox messages are written in the transaction of their cause")
     message = OutboxMessage.objects.create(
-        task=task, args=list(args), available_at=timezone.now() + timedelta(seconds=countdown)
+        task=task,
+        args=list(args),
+        available_at=timezone.now() + timedelta(seconds=countdown),
+        traceparent=telemetry.current_traceparent(),
     )
     if publish_now:
         transaction.on_commit(lambda: publish(message, countdown=countdown))
@@ -37,12 +41,13 @@ def publish(message: OutboxMessage, countdown: float = 0) -> bool:
     from config.celery_app import app
 
     try:
-        app.send_task(
-            message.task,
-            args=message.args,
-            kwargs={"outbox_id": message.pk},
-            countdown=countdown or None,
-        )
+        with telemetry.publishing(message):
+            app.send_task(
+                message.task,
+                args=message.args,
+                kwargs={"outbox_id": message.pk},
+                countdown=countdown or None,
+            )
     except Exception:
         # The broker is down or slow: the row stays undone and the sweeper publishes it later.
         log.warning(

@@ -7,7 +7,7 @@ from hashlib import sha256
 
 from django.db.models import QuerySet
 
-from runs import errors
+from runs import errors, logcontext
 from runs.errors import DomainError, not_found
 from runs.models import ApiKey, Decision, Event, Run, Tenant
 
@@ -32,6 +32,7 @@ def run_get(*, tenant: Tenant, run_id: str) -> Run:
     run = Run.objects.filter(tenant=tenant, pk=run_id).first()
     if run is None:
         raise not_found("run", run_id)
+    logcontext.bind(run_id=run.pk, correlation_id=run.correlation_id)  # for logs and spans
     return run
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 
-from runs import errors, events, transitions
+from runs import errors, events, logcontext, transitions
 from runs.canonical import digest
 from runs.errors import DomainError, not_found
 from runs.event_types import RUN_TRANSITION_EVENTS
@@ -166,6 +166,7 @@ def _run_insert(request: dict[str, Any], *, actor: str, **fields: Any) -> Run:
     # Without one from the agent, the run's own id correlates everything it causes.
     run.correlation_id = request["correlation_id"] or run.pk
     run.save(force_insert=True)
+    logcontext.bind(run_id=run.pk, correlation_id=run.correlation_id)
     events.append(
         run=run,
         event_type="run.started",

@@ -21,7 +21,7 @@ from approvals import errors as approval_errors
 from approvals import services as approvals
 from approvals.models import Approval, ApprovalDecision, Policy
 from approvals.policies import Requirement, current_policy, requirement
-from runs import outbox
+from runs import logcontext, outbox
 from runs.canonical import digest
 from runs.errors import DomainError, not_found
 from runs.models import Tenant, User
@@ -80,6 +80,7 @@ def tool_call_hold_for_approval(
         producer=producer,
         requested_by=requested_by,
     )
+    logcontext.bind(approval_id=approval.pk)
     lifecycle.run_wait_for_approval(
         run_id=call.run_id, approval_id=approval.pk, actor=actor, producer=producer
     )

@@ -25,7 +25,7 @@ from toolcalls import capabilities, errors, gate
 from toolcalls.capabilities import Capability
 from toolcalls.checks import business_check, invalid
 from toolcalls.models import ObjectRevision, ToolCall
-from toolcalls.writes import tool_call_event
+from toolcalls.writes import bind_log_ids, tool_call_event
 
 
 def idempotency_key(tenant: Tenant, capability: Capability, object_ref: str, intent: str) -> str:
@@ -286,6 +286,7 @@ def tool_call_create(
         compensation_of=compensation_of,
     )
     call.save(force_insert=True)
+    bind_log_ids(call)
     if dependencies:
         call.depends_on.set(dependencies)
     tool_call_event(

@@ -11,7 +11,7 @@ from typing import Any
 
 from django.conf import settings
 
-from runs import events, transitions
+from runs import events, logcontext, transitions
 from runs.errors import DomainError, not_found
 from runs.models import Event, Tenant
 from toolcalls import capabilities, errors, webhooks
@@ -71,11 +71,25 @@ def tool_call_transition(
 
 
 def tool_call_lock(tool_call_id: str) -> ToolCall | None:
-    return (
+    call = (
         ToolCall.objects.select_for_update(of=("self",))
         .select_related("run", "tenant")
         .filter(pk=tool_call_id)
         .first()
+    )
+    if call is not None:
+        bind_log_ids(call)
+    return call
+
+
+def bind_log_ids(call: ToolCall) -> None:
+    """From here on the request's or task's log lines and spans name this call (its run and
+    tenant must be loaded)."""
+    logcontext.bind(
+        tenant=call.tenant.slug,
+        run_id=call.run_id,
+        tool_call_id=call.pk,
+        correlation_id=call.run.correlation_id,
     )
 
 

@@ -70,6 +70,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First, so that every log line of a request carries the ids it binds (runs/logcontext.py).
+    "runs.logcontext.LogContextMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -251,11 +253,23 @@ METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")
 # Only test settings turn this on: `flush` may then empty the append-only event table.
 EVENT_LOG_ALLOW_FLUSH = False
 
+# One JSON object per line (LOG_FORMAT=json) for web, worker and beat, with the ids of the
+# request or task (tenant, run, tool call, approval, correlation) and, when tracing is on,
+# its trace and span ids (config/logs.py); LOG_FORMAT=text writes the same as text.
+LOG_FORMAT = os.environ.get("LOG_FORMAT", "json")
+if LOG_FORMAT not in {"json", "text"}:
+    raise ImproperlyConfigured(f"LOG_FORMAT is json or text, not {LOG_FORMAT!r}")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"ids": {"()": "config.logs.IdsFilter"}},
+    "formatters": {
+        "json": {"()": "config.logs.JsonFormatter"},
+        "text": {"()": "config.logs.TextFormatter"},
+    },
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT, "filters": ["ids"]}
+    },
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
     "loggers": {
         "django.server": {"level": "WARNING"},
