@@ -37,4 +37,6 @@ PREFIXES = {
     "receipt": "rcp",
     "approval": "apr",
     "outbox": "obx",
+    "checkpoint": "ckpt",
+    "feedback": "fb",
 }
