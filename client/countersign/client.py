@@ -120,6 +120,42 @@ class Countersign:
             params["since"] = since
         return self._call("GET", f"/tool-calls/{tool_call_id}", params=params)
 
+    # --- run memory: checkpoints, resume, feedback ------------------------------------------
+
+    def put_checkpoint(
+        self,
+        run_id: str,
+        name: str,
+        *,
+        state: str,
+        step_index: int,
+        schema_version: int,
+        **fields: Any,
+    ) -> dict[str, Any]:
+        """Write a new version of checkpoint `name` (`kind`, `input`, `decision_ids`,
+        `tool_call_ids`, `budgets`, `data` as keywords). The same body again adds nothing."""
+        body = {"state": state, "step_index": step_index, "schema_version": schema_version}
+        return self._call("PUT", f"/runs/{run_id}/checkpoints/{name}", {**body, **fields})
+
+    def checkpoint(
+        self, run_id: str, name: str, *, schema_version: int | None = None
+    ) -> dict[str, Any]:
+        """The latest version, migrated to `schema_version` (default: the latest the server
+        has migrations for)."""
+        params = {"schema_version": schema_version} if schema_version else None
+        return self._call("GET", f"/runs/{run_id}/checkpoints/{name}", params=params)
+
+    def resume(self, run_id: str) -> dict[str, Any]:
+        """Everything a fresh agent needs to continue the run: the latest checkpoints, the
+        progress contract, receipts, calls whose outcome is unknown (never send those again),
+        approvals pending with their URLs, and what the runtime checks again."""
+        return self._call("GET", f"/runs/{run_id}/resume")
+
+    def feedback(self, run_id: str, **fields: Any) -> dict[str, Any]:
+        """Record a feedback fact (`rating` 1-5 or `label`, `text`, and at most one of
+        `decision_id`, `tool_call_id`, `approval_id`)."""
+        return self._call("POST", f"/runs/{run_id}/feedback", fields)
+
     def wait_settled(self, tool_call_id: str, timeout: float = 120) -> dict[str, Any]:
         """Follow a call until its execution and verification can no longer move by
         themselves (or the timeout passes), and return it."""

@@ -15,6 +15,7 @@ from django.views.decorators.http import require_POST
 
 from approvals import selectors
 from approvals.models import Approval
+from memory.feedback import approval_feedback
 from runs.errors import DomainError
 from runs.permissions import tenant_member_required
 from toolcalls import capabilities, gate
@@ -44,6 +45,7 @@ def _page_context(request: HttpRequest, approval: Approval, **extra: Any) -> dic
         .order_by("-created_at")
         .first(),
         "already_approved_by_me": approval.decisions.filter(user=request.user).exists(),
+        "feedback": approval_feedback(approval=approval),
         "edit_fields": [
             {"name": name, "type": spec.get("type", "string"), "value": approval.args.get(name, "")}
             for name, spec in properties.items()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 
+from memory.feedback import run_feedback
 from runs import selectors
 from runs.errors import DomainError
 from runs.permissions import tenant_member_required
@@ -41,4 +42,4 @@ def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
         if not context["live"]:
             response.status_code = 286
         return response
-    return render(request, "runs/detail.html", context)
+    return render(request, "runs/detail.html", {**context, "feedback": run_feedback(run=run)})
