@@ -122,7 +122,6 @@ def _trace_summaries(rows: Rows) -> Rows:
 
 
 def _stored_traces() -> Rows:
-    # long: one bulk read per table for every finished run, then one pass to group them.
     finished = Run.objects.filter(state__in=EXIT_TYPES)
     rows: Rows = {
         run_id: {

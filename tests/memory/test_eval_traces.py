@@ -215,6 +215,7 @@ def test_tenant_admins_export_them_and_others_may_not(
     approver: User,
     other_tenant: Tenant,
 ) -> None:
+    assert 'href="/eval-traces/export/"' in logged_in(admin_user).get("/audit/").content.decode()
     response = logged_in(admin_user).get("/eval-traces/export/")
     assert response.status_code == 200
     assert response["Content-Disposition"].startswith('attachment; filename="eval-traces-acme-')
