@@ -132,6 +132,7 @@ def on_validation_error(request: HttpRequest, exc: ValidationError) -> HttpRespo
 
 
 def _register_routers() -> None:
+    from memory.api import router as memory_router
     from runs.api import router as runs_router
     from toolcalls.api import router as toolcalls_router
     from toolcalls.api import run_router as run_lifecycle_router
@@ -139,6 +140,7 @@ def _register_routers() -> None:
     api.add_router("/", runs_router)
     api.add_router("/", run_lifecycle_router)
     api.add_router("/", toolcalls_router)
+    api.add_router("/", memory_router)
 
 
 _register_routers()

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from django.urls import path
 
-from console.views import approvals, desk, ops, people, runs
+from console.views import approvals, desk, memory, ops, people, runs
 
 runs_patterns = [
     path("", runs.run_list, name="list"),
     path("<str:run_id>/", runs.run_detail, name="detail"),
+    path("<str:run_id>/feedback/", memory.run_feedback, name="feedback"),
 ]
 
 approvals_patterns = [
@@ -17,6 +18,7 @@ approvals_patterns = [
     path("<str:approval_id>/approve/", approvals.approve, name="approve"),
     path("<str:approval_id>/reject/", approvals.reject, name="reject"),
     path("<str:approval_id>/edit/", approvals.approve_with_edits, name="approve-with-edits"),
+    path("<str:approval_id>/feedback/", memory.approval_feedback, name="feedback"),
 ]
 
 desk_patterns = [
@@ -42,6 +44,7 @@ people_patterns = [
 ops_patterns = [
     path("audit/", ops.audit_search, name="audit"),
     path("audit/export/", ops.audit_export, name="audit_export"),
+    path("eval-traces/export/", memory.eval_trace_export, name="eval_trace_export"),
     path("dashboard/", ops.dashboard, name="dashboard"),
     path("webhooks/", ops.webhook_deliveries, name="webhooks"),
     path("metrics", ops.metrics_text, name="metrics"),

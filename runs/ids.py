@@ -39,4 +39,6 @@ PREFIXES = {
     "outbox": "obx",
     "webhook": "whk",
     "webhook_delivery": "whd",
+    "checkpoint": "ckpt",
+    "feedback": "fb",
 }

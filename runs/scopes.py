@@ -14,6 +14,13 @@ EVERY_CAPABILITY = "*"
 
 # capability id -> the permission its contract names
 _CAPABILITIES: dict[str, str] = {}
+# Scopes for reads that are not capabilities (`eval:read`), registered by the app that checks
+# them. `*` does not include them: a key gets each one by name.
+_READ_SCOPES: set[str] = set()
+
+
+def register_read_scope(scope: str) -> None:
+    _READ_SCOPES.add(scope)
 
 
 def register(capability_id: str, permission: str) -> None:
@@ -32,6 +39,8 @@ def covers(scopes: Iterable[str], *, capability_id: str, permission: str) -> boo
 def scope_problem(scope: str) -> str | None:
     """Why `scope` can never match a registered capability, or None when it can."""
     permissions = set(_CAPABILITIES.values())
+    if scope in _READ_SCOPES:
+        return None
     if scope == EVERY_CAPABILITY or scope in _CAPABILITIES or scope in permissions:
         return None
     group = scope.removesuffix("*")

@@ -102,6 +102,14 @@ class ApiClient:
             path, data=data, content_type="application/json", headers=self._headers(headers)
         )
 
+    def put(self, path: str, body: Any, headers: dict[str, str] | None = None) -> Any:
+        return self.client.put(
+            path,
+            data=json.dumps(body),
+            content_type="application/json",
+            headers=self._headers(headers),
+        )
+
 
 def start_run(agent: ApiClient, title: str = "refund", **fields: Any) -> str:
     """The agent starts a run; returns its id."""

@@ -1,6 +1,6 @@
 """Error names are stable and dotted, and each lives in one catalogue per app
-(runs/errors.py, approvals/errors.py, toolcalls/errors.py): no code raises a name written out
-in place, where a typo would make a new name nobody documented."""
+(runs/errors.py, approvals/errors.py, toolcalls/errors.py, memory/errors.py): no code raises a
+name written out in place, where a typo would make a new name nobody documented."""
 
 from __future__ import annotations
 
@@ -10,11 +10,12 @@ import re
 import pytest
 
 from approvals import errors as approval_errors
+from memory import errors as memory_errors
 from runs import errors as run_errors
 from tests.helpers import ROOT
 from toolcalls import errors as toolcall_errors
 
-CATALOGUES = [run_errors, approval_errors, toolcall_errors]
+CATALOGUES = [run_errors, approval_errors, toolcall_errors, memory_errors]
 DOTTED = re.compile(r"^[a-z_]+\.[a-z0-9_]+$")
 
 
@@ -60,7 +61,7 @@ def test_the_scan_finds_a_name_written_in_place() -> None:
     ]
 
 
-@pytest.mark.parametrize("app", ["runs", "approvals", "toolcalls", "console", "config"])
+@pytest.mark.parametrize("app", ["runs", "approvals", "toolcalls", "memory", "console", "config"])
 def test_no_error_name_is_written_in_place(app: str) -> None:
     written = {
         str(path.relative_to(ROOT)): names

@@ -86,10 +86,12 @@ def test_rebuild_projections_catches_a_state_changed_behind_the_log(
     logged_run: Run, capsys
 ) -> None:
     Run.objects.filter(pk=logged_run.pk).update(state="completed")
-    with pytest.raises(CommandError, match="1 differences"):
+    # Two projections see it: the run's state, and the exit its eval trace reads in the log.
+    with pytest.raises(CommandError, match="2 differences"):
         call_command("rebuild_projections", "--verify")
     out = capsys.readouterr().out
     assert f"run {logged_run.pk}: state stored='completed' rebuilt='cancelled'" in out
+    assert f"eval_trace {logged_run.pk}: exit stored='completed' rebuilt='cancelled'" in out
 
 
 def test_rebuild_projections_catches_an_event_changed_behind_the_table(

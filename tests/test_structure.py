@@ -11,7 +11,7 @@ import pytest
 from tests.helpers import ROOT
 
 # Bottom to top; an app may import the apps before it in this list, never one after it.
-LAYERS = ["runs", "approvals", "toolcalls", "console"]
+LAYERS = ["runs", "approvals", "toolcalls", "memory", "console"]
 MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 60
 

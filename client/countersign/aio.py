@@ -115,6 +115,10 @@ class AsyncCountersign:
     ) -> Run:
         return cast(Run, await self._send(_core.finish_run(run_id, failed_permanently, reason)))
 
+    async def resume(self, run_id: str) -> dict[str, Any]:
+        """See Countersign.resume: what a fresh agent needs to continue the run."""
+        return await self._send(Request("GET", f"/runs/{run_id}/resume"))
+
     async def progress(self, run_id: str) -> dict[str, Any]:
         return await self._send(Request("GET", f"/runs/{run_id}/progress"))
 

@@ -169,6 +169,44 @@ class Countersign:
             call = self.tool_call(tool_call_id, wait=left, since=call["updated_at"])
         return call
 
+    # --- run memory: checkpoints, resume, feedback ------------------------------------------
+
+    def put_checkpoint(
+        self,
+        run_id: str,
+        name: str,
+        *,
+        state: str,
+        step_index: int,
+        schema_version: int,
+        **fields: Any,
+    ) -> dict[str, Any]:
+        """Write a new version of checkpoint `name` (`kind`, `input`, `decision_ids`,
+        `tool_call_ids`, `budgets`, `data` as keywords). The same body again adds nothing."""
+        body = {"state": state, "step_index": step_index, "schema_version": schema_version}
+        return self._send(Request("PUT", f"/runs/{run_id}/checkpoints/{name}", {**body, **fields}))
+
+    def checkpoint(
+        self, run_id: str, name: str, *, schema_version: int | None = None
+    ) -> dict[str, Any]:
+        """The latest version, migrated to `schema_version` (default: the latest the server
+        has migrations for)."""
+        params = {"schema_version": schema_version} if schema_version else None
+        return self._send(Request("GET", f"/runs/{run_id}/checkpoints/{name}", params=params))
+
+    def resume(self, run_id: str) -> dict[str, Any]:
+        """Everything a fresh agent needs to continue the run: the latest checkpoints, the
+        progress contract, receipts, calls whose outcome is unknown (never send those again),
+        approvals pending with their URLs, and what the runtime checks again."""
+        return self._send(Request("GET", f"/runs/{run_id}/resume"))
+
+    def feedback(self, run_id: str, **fields: Any) -> dict[str, Any]:
+        """Record a feedback fact (`rating` 1-5 or `label`, `text`, and at most one of
+        `decision_id`, `tool_call_id`, `approval_id`). Not repeated after a lost answer: a
+        second fact would be recorded."""
+        request = Request("POST", f"/runs/{run_id}/feedback", fields, repeatable=False)
+        return self._send(request)
+
     def cancel(self, tool_call_id: str, reason: str = "") -> ToolCall:
         """Cancel a call before it is dispatched; after, CountersignError
         `tool_call.already_dispatched` (its outcome is still recorded)."""

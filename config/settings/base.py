@@ -61,10 +61,11 @@ INSTALLED_APPS = [
     "ninja",
     "axes",
     # Layers, each importing only those above it in this list: runs ← approvals ← toolcalls
-    # ← console (pages). bench holds the benchmark commands.
+    # ← memory ← console (pages). bench holds the benchmark commands.
     "runs",
     "approvals",
     "toolcalls",
+    "memory",
     "console",
     "bench",
 ]
@@ -218,6 +219,12 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = int(os.environ.get("API_MAX_BODY_BYTES", str(256 *
 EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
 DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "countersign@localhost")
 COUNTERSIGN_BASE_URL = os.environ.get("COUNTERSIGN_BASE_URL", "http://127.0.0.1:8000")
+
+# Run memory (memory/). A checkpoint keeps where an agent is, not copies of what it read.
+CHECKPOINT_MAX_BYTES = int(os.environ.get("CHECKPOINT_MAX_BYTES", str(64 * 1024)))
+# Eval traces leave out events younger than this: a transaction still committing may hold an
+# event older than the newest one served, which a reader going on with ?since= would miss.
+EVAL_TRACE_SETTLE_SECONDS = float(os.environ.get("EVAL_TRACE_SETTLE_SECONDS", "60"))
 
 # --- Celery -------------------------------------------------------------------------------
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "memory://localhost/")

@@ -16,6 +16,7 @@ from django.views.decorators.http import require_POST
 
 from approvals import selectors
 from approvals.models import Approval
+from memory.feedback import approval_feedback
 from runs.errors import DomainError
 from runs.models import Tenant
 from runs.permissions import tenant_member_required
@@ -87,6 +88,7 @@ def _page_context(request: HttpRequest, approval: Approval, **extra: Any) -> dic
         "next_approval": selectors.next_for(user=request.user, after=approval),
         "edit_fields": _edit_fields(approval, capability),
         "others": _other_calls(request.user.tenant, approval, capability),
+        "feedback": approval_feedback(approval=approval),
         **extra,
     }
 

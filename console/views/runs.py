@@ -8,6 +8,7 @@ from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 
+from memory.feedback import run_feedback
 from runs import selectors
 from runs.errors import DomainError
 from runs.models import Run
@@ -68,4 +69,4 @@ def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
         if not context["live"]:
             response.status_code = 286
         return response
-    return render(request, "runs/detail.html", context)
+    return render(request, "runs/detail.html", {**context, "feedback": run_feedback(run=run)})
