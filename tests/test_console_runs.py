@@ -151,3 +151,18 @@ def test_a_run_page_poll_sends_nothing_when_nothing_changed(run: Run, viewer: Us
     changed = client.get(f"/runs/{run.pk}/", {"seen": last}, headers={"HX-Request": "true"})
     assert changed.status_code == 200
     assert f'"seen": "{last + 1}"' in changed.content.decode()
+
+
+def test_the_run_page_says_who_runs_it_for_how_long_and_folds_each_calls_steps(
+    agent, viewer: User, sandbox
+) -> None:
+    from tests.helpers import propose
+    from tests.toolcalls.inline_worker import run_due
+
+    call = propose(agent)
+    run_due()
+    page = logged_in(viewer).get(f"/runs/{call['run_id']}/").content.decode()
+    assert "<dt>Agent</dt><dd>agent for agent-owner (key key_" in page
+    assert "running for" in page
+    # The call's later steps are folded under its first event.
+    assert "more steps of this call, last: tool_call.confirmed_success" in page

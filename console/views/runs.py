@@ -7,7 +7,10 @@ from urllib.parse import urlencode
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.utils import timezone
+from django.utils.timesince import timesince
 
+from console import run_page
 from memory.feedback import run_feedback
 from runs import selectors
 from runs.errors import DomainError
@@ -53,15 +56,21 @@ def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
     if request.htmx and request.GET.get("seen") == str(last_seq):
         return HttpResponse(status=204)
     tool_calls = list(run_tool_calls(run=run))
+    contract = progress(run, tool_calls)
     context = {
         "last_seq": last_seq,
         "run": run,
         # Keep refreshing while anything can still change, even after the run closed.
         "live": run.is_open or not all(call.is_settled for call in tool_calls),
-        "events": selectors.run_events(run=run),
+        "timeline": run_page.grouped_timeline(list(selectors.run_events(run=run))),
         "decisions": selectors.run_decisions(run=run),
         "tool_calls": tool_calls,
-        "progress": progress(run, tool_calls),
+        "progress": contract,
+        "next_step": run_page.next_step_for_people(run, contract),
+        "duration_text": timesince(
+            run.created_at, run.created_at + run_page.duration(run, timezone.now())
+        ),
+        "agent": run_page.agent_of(run),
     }
     if request.htmx:
         response = render(request, "runs/detail.html#timeline", context)

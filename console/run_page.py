@@ -1,0 +1,76 @@
+"""What the run page says to a person, from the same progress contract the agent reads: the
+next step in words (the agent's version names API calls), the run's duration and who runs it,
+and the timeline grouped by tool call."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from runs.models import Event, Run
+
+
+def next_step_for_people(run: Run, progress: dict[str, Any]) -> str:
+    by_kind: dict[str, list[dict]] = {}
+    for item in progress["open"]:
+        by_kind.setdefault(item["kind"], []).append(item)
+
+    def calls(kind: str) -> str:
+        items = by_kind[kind]
+        return items[0]["summary"] if len(items) == 1 else f"{len(items)} calls"
+
+    if not run.is_open and run.state != Run.State.NEEDS_HUMAN:
+        if progress["open"]:
+            return (
+                f"Nothing: the run is {run.get_state_display().lower()}; its last calls "
+                "settle by themselves."
+            )
+        return f"Nothing: the run is {run.get_state_display().lower()}."
+    if "needs_human" in by_kind:
+        return (
+            f"An admin resolves {calls('needs_human')} on the unknowns desk: its outcome is "
+            "still unknown after every look-up."
+        )
+    if "result_unknown" in by_kind:
+        return (
+            f"Countersign is looking up whether {calls('result_unknown')} happened; nothing "
+            "is sent again until it knows."
+        )
+    if "awaiting_approval" in by_kind:
+        return f"A person decides {calls('awaiting_approval')} in Approvals."
+    for kind in ("in_flight", "verification_pending", "waiting_on_dependencies"):
+        if kind in by_kind:
+            return f"Nothing to do: {calls(kind)} is on its way."
+    if progress["failed"]:
+        first = progress["failed"][0]["summary"]
+        return f"The agent decides what to do about {first}, which did not succeed."
+    if progress["verified"]:
+        return "The agent takes its next step, or finishes the run."
+    return "The agent proposes its first tool call."
+
+
+def duration(run: Run, now: datetime) -> timedelta:
+    """How long the run has taken: until now while it is open, until its last change after."""
+    end = now if run.is_open else run.updated_at
+    return end - run.created_at
+
+
+def agent_of(run: Run) -> str:
+    key = run.api_key
+    if key is None:
+        return "unknown (started without an API key)"
+    on_behalf = f" for {key.principal.username}" if key.principal else ""
+    return f"{key.name}{on_behalf} (key {key.pk})"
+
+
+def grouped_timeline(events: list[Event]) -> list[dict[str, Any]]:
+    """The run's events in order, each tool call's consecutive events folded into one group
+    (its first event is the group's headline); run-level events stand alone."""
+    groups: list[dict[str, Any]] = []
+    for event in events:
+        last = groups[-1] if groups else None
+        if event.tool_call_id and last and last["tool_call_id"] == event.tool_call_id:
+            last["events"].append(event)
+            continue
+        groups.append({"tool_call_id": event.tool_call_id, "events": [event]})
+    return groups
