@@ -6,8 +6,10 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import httpx
 import pytest
@@ -20,6 +22,15 @@ from tests.sandbox_process import Sandbox
 from tests.toolcalls.inline_worker import run_due
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+T = TypeVar("T")
+
+
+def run_async(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run the async client in a thread of its own: the browser tests' Playwright keeps an
+    event loop running in the test thread, where asyncio.run() refuses to start another."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
 
 
 @pytest.fixture
@@ -157,7 +168,7 @@ def test_the_async_client_retries_with_the_same_key_too(
         async with AsyncCountersign(proxy.url, agent.token) as cs:
             return await cs.start_run("Refund order-002")
 
-    run = asyncio.run(start())
+    run = run_async(start())
     first, retry = proxy.seen
     assert retry.headers["idempotency-key"] == first.headers["idempotency-key"]
     assert list(Run.objects.values_list("pk", flat=True)) == [run["run_id"]]
@@ -243,7 +254,7 @@ def test_the_async_client_does_the_common_path(live_server, agent: ApiClient, sa
             await asyncio.to_thread(worker.join)
             return evaluation, done
 
-    evaluation, done = asyncio.run(common_path())
+    evaluation, done = run_async(common_path())
     assert evaluation["needs_approval"] is False
     assert done["status"] == "succeeded"
 
