@@ -45,6 +45,7 @@ SEED_RESERVATIONS = (("rsv_seed0001", "wh-acme-1", "PART-200", 1, "order-010", "
 SEED_WAYBILLS = (("wb_seed0001", "order-010", "addr-001", "rsv_seed0001", "req_seed0002"),)
 
 
+# long: the whole standard seed in one place, in the order sandbox/README.md lists it
 def seed(conn: sqlite3.Connection) -> None:
     for n in range(1, 21):
         conn.execute(

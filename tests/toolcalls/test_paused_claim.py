@@ -54,6 +54,21 @@ def backend_alive(pid: int) -> bool:
         return cursor.fetchone() is not None
 
 
+def propose_timed(agent: ApiClient, run_id: str, n: int) -> float:
+    """Another refund in the run, through the API; must answer 201. Returns its seconds."""
+    started = time.monotonic()
+    response = agent.post(
+        f"/api/v1/runs/{run_id}/tool-calls",
+        {
+            "capability": "refund-order-v2",
+            "args": {**REFUND, "amount_cents": 100 + n},
+            "intent": f"other-{n}",
+        },
+    )
+    assert response.status_code == 201, response.content[:300]
+    return time.monotonic() - started
+
+
 def confirmed(call: ToolCall) -> bool:
     return ToolCall.objects.get(pk=call.pk).verification_status == "confirmed_success"
 
@@ -85,19 +100,7 @@ def test_a_worker_stopped_inside_its_claim_does_not_freeze_its_run(
     # The run's other proposals wait for the run's row lock at most until the server ends the
     # stopped session. The bound is that idle limit plus slack for a shared machine, not a
     # speed target; without the limit they wait lock_timeout (5 s) and get 503 database.busy.
-    answered = []
-    for n in range(3):
-        started = time.monotonic()
-        response = agent.post(
-            f"/api/v1/runs/{run_id}/tool-calls",
-            {
-                "capability": "refund-order-v2",
-                "args": {**REFUND, "amount_cents": 100 + n},
-                "intent": f"other-{n}",
-            },
-        )
-        answered.append(time.monotonic() - started)
-        assert response.status_code == 201, response.content[:300]
+    answered = [propose_timed(agent, run_id, n) for n in range(3)]
     print(f"proposals answered in {', '.join(f'{s:.2f} s' for s in answered)}")
     assert max(answered) < IDLE_LIMIT_SECONDS + 12
     wait_for(lambda: not backend_alive(holders[0]), 15, "the server to end the stopped session")
