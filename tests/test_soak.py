@@ -62,6 +62,8 @@ def test_a_short_soak_prints_its_table_and_exits_0() -> None:
         "--pauses=2",
         "--redis-restarts=1",
         "--db-cuts=1",
+        # The restart path runs, with a command that restarts nothing: the server is shared.
+        "--pg-restart-cmd=true",
         f"--database={name}",
         "--drop-database",
         database_url=server_url(),
