@@ -35,6 +35,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from bench import pgstats
 from bench.procs import free_port
 
+DEFAULT_MINUTES = 8.0
 MARK = "created by manage.py soak (it drops and creates it again on its next run)"
 # The flags the inner run is given again, as they were parsed.
 PASSED_ON = (
@@ -61,13 +62,13 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         add = parser.add_argument
-        add("--minutes", type=float, default=6.0, help="of load and faults (default 6)")
+        add("--minutes", type=float, default=DEFAULT_MINUTES, help="of load and faults (8)")
         add("--workers", type=int, default=4, help="celery worker processes (default 4)")
         add("--tenants", type=int, default=3, help="tenants, each with its agents (default 3)")
         add("--agents", type=int, default=2, help="agents per tenant (default 2)")
         add("--pool", default="prefork", choices=["prefork", "threads"])
         add("--concurrency", type=int, default=2, help="per worker process (default 2)")
-        add("--pauses", type=int, help="SIGSTOPs past the lease (default 20 per 6 minutes)")
+        add("--pauses", type=int, help="SIGSTOPs past the lease (20 per 8 minutes)")
         add("--redis-restarts", type=int, default=2)
         add("--db-cuts", type=int, default=2, help="terminations of every database connection")
         add("--pg-restart-cmd", default="", help="also restart PostgreSQL this way, as often")
@@ -87,7 +88,7 @@ class Command(BaseCommand):
             options.update(minutes=1.0, tenants=2, workers=2, agents=1, redis_restarts=1)
             options.update(db_cuts=1, pauses=options["pauses"] or 3)
         if options["pauses"] is None:
-            options["pauses"] = max(1, round(20 * options["minutes"] / 6))
+            options["pauses"] = max(1, round(20 * options["minutes"] / DEFAULT_MINUTES))
         if options["inner"]:
             self.inner(options)
             return
