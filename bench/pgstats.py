@@ -56,6 +56,35 @@ def ensure_database(url: str, name: str) -> bool:
         return not exists
 
 
+def create_marked_database(url: str, name: str, marker: str) -> None:
+    """Create the database with `marker` as its comment: proof, later, that we made it."""
+    with psycopg.connect(admin_conninfo(url), autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        conn.execute(
+            sql.SQL("COMMENT ON DATABASE {} IS {}").format(
+                sql.Identifier(name), sql.Literal(marker)
+            )
+        )
+
+
+def database_comment(url: str, name: str) -> str | None:
+    """None when there is no such database; its comment ('' for none) otherwise."""
+    with psycopg.connect(admin_conninfo(url), autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT coalesce(shobj_description(oid, 'pg_database'), '') FROM pg_database"
+            " WHERE datname = %s",
+            [name],
+        ).fetchone()
+    return None if row is None else row[0]
+
+
+def drop_database(url: str, name: str) -> None:
+    with psycopg.connect(admin_conninfo(url), autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
+
+
 def database_counters(url: str, name: str) -> dict[str, int]:
     """pg_stat_database of one database, read from the `postgres` database (so the read itself
     does not count) on a fresh connection (so no cached statistics snapshot)."""

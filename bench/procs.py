@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import httpx
@@ -76,10 +77,13 @@ class Child:
             self.process.wait(timeout=5)
 
 
-def start_sandbox(root: Path, env: dict[str, str], data_dir: Path, log_dir: Path) -> tuple:
+def start_sandbox(
+    root: Path, env: dict[str, str], data_dir: Path, log_dir: Path, extra: Sequence[str] = ()
+) -> tuple:
+    """The sandbox on a free port (`extra`: more of its options); returns (child, url)."""
     port = free_port()
     argv = [sys.executable, "-m", "sandbox", "--port", str(port)]
-    argv += ["--data-dir", str(data_dir), "--quiet"]
+    argv += ["--data-dir", str(data_dir), "--quiet", *extra]
     child = Child("sandbox", argv, env, root, log_dir / "sandbox.log").start()
     url = f"http://127.0.0.1:{port}"
 
@@ -107,8 +111,9 @@ def start_worker(
     pool: str,
     concurrency: int,
     app: str = "config",
+    prefix: str = "bench",
 ) -> Child:
-    name = f"bench{index}"
+    name = f"{prefix}{index}"
     argv = [sys.executable, "-m", "celery", "-A", app, "worker"]
     argv += ["--pool", pool, "--concurrency", str(concurrency), "-n", f"{name}@%h"]
     argv += ["--without-gossip", "--without-mingle", "--without-heartbeat", "--loglevel", "INFO"]

@@ -345,9 +345,10 @@ def make_server(
     data_dir: str | Path = "var/sandbox",
     reset: bool = False,
     quiet: bool = False,
+    extra_tenants: tuple[str, ...] = (),
 ) -> SandboxServer:
     """Open (creating and seeding if needed) the data dir and bind; call serve_forever() next."""
-    store = Store(data_dir, reset=reset)
+    store = Store(data_dir, reset=reset, extra_tenants=extra_tenants)
     try:
         return SandboxServer((host, port), store, FaultBoard(), quiet=quiet)
     except BaseException:
@@ -362,9 +363,17 @@ def serve(
     data_dir: str | Path = "var/sandbox",
     reset: bool = False,
     quiet: bool = False,
+    extra_tenants: tuple[str, ...] = (),
 ) -> None:
     """Run the sandbox until SIGTERM or SIGINT, then close the socket and the database."""
-    server = make_server(host=host, port=port, data_dir=data_dir, reset=reset, quiet=quiet)
+    server = make_server(
+        host=host,
+        port=port,
+        data_dir=data_dir,
+        reset=reset,
+        quiet=quiet,
+        extra_tenants=extra_tenants,
+    )
 
     def stop(signum: int, frame: object) -> None:
         # shutdown() waits for serve_forever() to return, which runs on this very (main) thread,

@@ -19,6 +19,15 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
+from .seed import (
+    MAX_EXTRA_TENANTS,
+    SEED_RESERVATIONS,
+    SEED_WAYBILLS,
+    check_extra_tenants,
+    seed,
+    seed_extra_tenant,
+)
+
 DB_FILENAME = "sandbox.sqlite3"
 
 SCHEMA = """
@@ -156,8 +165,6 @@ TABLES = (
 # Bumped whenever SCHEMA changes incompatibly; an older file is then re-created and re-seeded.
 SCHEMA_VERSION = "3"
 
-SKUS = ("PART-100", "PART-200", "PART-300")
-
 
 def utc_now() -> tuple[str, float]:
     """Current time as (ISO-8601 UTC string with milliseconds, epoch seconds)."""
@@ -169,108 +176,6 @@ def utc_now() -> tuple[str, float]:
 def new_id(prefix: str) -> str:
     """Opaque resource id such as ``re_3f9c...``; random so ids never repeat across resets."""
     return f"{prefix}_{uuid.uuid4().hex[:20]}"
-
-
-def seed_captured_cents(n: int) -> int:
-    """Captured amount of order-NNN: three fixed amounts the demo relies on, then a spread.
-
-    The spread is a plain formula (not ``random``) so it is identical on every Python version:
-    multiples of $1 between 5000 and 200000 cents.
-    """
-    fixed = {1: 12_000, 2: 35_000, 3: 150_000}
-    if n in fixed:
-        return fixed[n]
-    return 5_000 + (n * 7_919 % 1_951) * 100
-
-
-# Fixed dates, never relative to "now", so the seed is identical on every start; whether a
-# warranty is still valid is decided against the current date when it is read.
-WARRANTY_VALID_UNTIL = "2036-06-30"
-WARRANTY_EXPIRED = {7: "2024-03-31", 13: "2024-11-30"}
-
-
-def seed_warranty(n: int) -> tuple[str, str]:
-    """(sku, expires_on) of order-NNN's purchased part: SKUs cycle PART-100, PART-200, PART-300."""
-    return SKUS[(n - 1) % len(SKUS)], WARRANTY_EXPIRED.get(n, WARRANTY_VALID_UNTIL)
-
-
-# Pre-existing objects, so API examples ("release rsv_seed0001", "cancel wb_seed0001") refer to
-# real data. They are seed state, not effects: no ledger rows. Fixed timestamp, like the
-# warranty dates, so the seed is identical on every start (and never hidden by look-up lag).
-SEED_CREATED_AT = "2025-01-01T00:00:00.000Z"
-SEED_CREATED_TS = datetime(2025, 1, 1, tzinfo=UTC).timestamp()
-# (id, warehouse_id, sku, quantity, order_id, request_id); status "reserved", no idempotency key.
-SEED_RESERVATIONS = (("rsv_seed0001", "wh-acme-1", "PART-200", 1, "order-010", "req_seed0001"),)
-# (id, order_id, address_id, reservation_id, request_id); status "created".
-SEED_WAYBILLS = (("wb_seed0001", "order-010", "addr-001", "rsv_seed0001", "req_seed0002"),)
-
-
-def _seed(conn: sqlite3.Connection) -> None:
-    for n in range(1, 21):
-        conn.execute(
-            "INSERT INTO orders VALUES (?, ?, ?, 'USD', ?, 0)",
-            (
-                f"order-{n:03d}",
-                "acme" if n <= 15 else "globex",
-                f"customer-{n:03d}@example.com",
-                seed_captured_cents(n),
-            ),
-        )
-        conn.execute(
-            "INSERT INTO warranties VALUES (?, ?, ?)", (f"order-{n:03d}", *seed_warranty(n))
-        )
-    for warehouse_id, tenant in (
-        ("wh-acme-1", "acme"),
-        ("wh-acme-2", "acme"),
-        ("wh-globex-1", "globex"),
-    ):
-        conn.execute("INSERT INTO warehouses VALUES (?, ?)", (warehouse_id, tenant))
-        for sku in SKUS:
-            # A single PART-300 in wh-acme-1 lets tests and the demo hit out_of_stock.
-            available = 1 if (warehouse_id, sku) == ("wh-acme-1", "PART-300") else 50
-            conn.execute("INSERT INTO stock VALUES (?, ?, ?)", (warehouse_id, sku, available))
-    for n in range(1, 11):
-        conn.execute(
-            "INSERT INTO addresses VALUES (?, 'acme', ?, ?, 'Springfield', ?, 'US', 1)",
-            (f"addr-{n:03d}", f"Customer {n:03d}", f"{n * 10} Main Street", f"{62700 + n}"),
-        )
-    conn.execute(
-        "INSERT INTO addresses VALUES ('addr-bad-001', 'acme', 'Nobody', '1 Nowhere Road',"
-        " 'Springfield', '0000X', 'US', 0)"
-    )
-    for reservation_id, warehouse_id, sku, quantity, order_id, request_id in SEED_RESERVATIONS:
-        conn.execute(
-            "INSERT INTO reservations VALUES (?, ?, ?, ?, ?, 'reserved', ?, NULL, ?, ?, NULL)",
-            (
-                reservation_id,
-                warehouse_id,
-                sku,
-                quantity,
-                order_id,
-                request_id,
-                SEED_CREATED_AT,
-                SEED_CREATED_TS,
-            ),
-        )
-        # The stock reflects the reservation, exactly as if it had been made through the API.
-        conn.execute(
-            "UPDATE stock SET available = available - ? WHERE warehouse_id = ? AND sku = ?",
-            (quantity, warehouse_id, sku),
-        )
-    for waybill_id, order_id, address_id, reservation_id, request_id in SEED_WAYBILLS:
-        conn.execute(
-            "INSERT INTO waybills VALUES (?, ?, ?, ?, 'created', ?, ?, ?, NULL)",
-            (
-                waybill_id,
-                order_id,
-                address_id,
-                reservation_id,
-                request_id,
-                SEED_CREATED_AT,
-                SEED_CREATED_TS,
-            ),
-        )
-    conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", (SCHEMA_VERSION,))
 
 
 @dataclass(frozen=True)
@@ -285,7 +190,10 @@ class StoredResponse:
 class Store:
     """The sandbox database. All access goes through ``transaction()`` or ``read()``."""
 
-    def __init__(self, data_dir: str | Path, *, reset: bool = False) -> None:
+    def __init__(
+        self, data_dir: str | Path, *, reset: bool = False, extra_tenants: tuple[str, ...] = ()
+    ) -> None:
+        check_extra_tenants(extra_tenants)
         self.path = Path(data_dir) / DB_FILENAME
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
@@ -298,6 +206,7 @@ class Store:
         self._conn.execute("PRAGMA busy_timeout=5000")
         if reset or not self._is_current():
             self.reset()
+        self.add_extra_tenants(extra_tenants)
 
     def _is_current(self) -> bool:
         row = self._conn.execute(
@@ -314,13 +223,35 @@ class Store:
         DROP TABLE also removes the ledger's AUTOINCREMENT counter, so ``seq`` restarts at 1.
         """
         with self.transaction() as conn:
+            extra = self._extra_tenants(conn) if self._is_current() else []
             for table in TABLES:
                 conn.execute(f"DROP TABLE IF EXISTS {table}")
             # Split by hand: executescript() would COMMIT the open transaction first.
             for statement in SCHEMA.split(";"):
                 if statement.strip():
                     conn.execute(statement)
-            _seed(conn)
+            seed(conn)
+            conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", (SCHEMA_VERSION,))
+        self.add_extra_tenants(tuple(extra))
+
+    @staticmethod
+    def _extra_tenants(conn: sqlite3.Connection) -> list[str]:
+        row = conn.execute("SELECT value FROM meta WHERE key = 'extra_tenants'").fetchone()
+        return json.loads(row["value"]) if row else []
+
+    def add_extra_tenants(self, slugs: tuple[str, ...]) -> None:
+        """Seed each tenant not seeded yet (a reset seeds them again)."""
+        with self.transaction() as conn:
+            seeded = self._extra_tenants(conn)
+            for slug in slugs:
+                if slug not in seeded:
+                    if len(seeded) >= MAX_EXTRA_TENANTS:
+                        raise ValueError(f"at most {MAX_EXTRA_TENANTS} extra tenants")
+                    seed_extra_tenant(conn, len(seeded), slug)
+                    seeded.append(slug)
+            conn.execute(
+                "INSERT OR REPLACE INTO meta VALUES ('extra_tenants', ?)", (json.dumps(seeded),)
+            )
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:

@@ -198,6 +198,7 @@ def _take(
         fencing_token=call.fencing_token,
         lease_expires_at=lease.isoformat(),
     )
+    crashpoint("inside_claim")  # uncommitted, holding the call's row lock and its run's
     return Claim(
         tool_call_id=call.pk,
         attempt_id=attempt.pk,

@@ -71,8 +71,12 @@ def tool_call_transition(
 
 
 def tool_call_lock(tool_call_id: str) -> ToolCall | None:
+    # FOR NO KEY UPDATE: it excludes every other writer of the call, but not a row that only
+    # refers to it (a dependency, an attempt), whose foreign-key check takes KEY SHARE. With
+    # FOR UPDATE a proposal holding the run's lock waited at commit for a dispatch holding the
+    # call, which waited for the run: a deadlock (manage.py soak).
     call = (
-        ToolCall.objects.select_for_update(of=("self",))
+        ToolCall.objects.select_for_update(of=("self",), no_key=True)
         .select_related("run", "tenant")
         .filter(pk=tool_call_id)
         .first()
