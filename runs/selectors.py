@@ -45,7 +45,8 @@ def hash_secret(secret: str) -> str:
 def api_key_authenticate(token: str) -> ApiKey | None:
     """The active key that `token` (`<key id>.<secret>`) names, or None."""
     key_id, _, secret = token.partition(".")
-    if not key_id.startswith("key_") or not secret:
+    # A NUL cannot be in any key, and PostgreSQL refuses it in a query: no key, not a 500.
+    if not key_id.startswith("key_") or not secret or "\x00" in token:
         return None
     key = ApiKey.objects.select_related("tenant", "principal").filter(pk=key_id).first()
     if key is None or not key.is_active:

@@ -1,0 +1,21 @@
+"""Server errors found while building the API fuzz test (tests/test_api_fuzz.py), by probing
+the inputs it reaches — headers, the bearer token, time zone offsets — each with the exact
+request that broke it: a named 4xx in the API's error shape now, and nothing written."""
+
+from __future__ import annotations
+
+from django.test import Client
+
+from tests.helpers import ApiClient
+
+
+def assert_refused(response, status: int, name: str) -> None:
+    assert response.status_code == status, response.content[:300]
+    assert response["Content-Type"] == "application/json; charset=utf-8"
+    assert response.json()["error"]["name"] == name
+
+
+def test_a_nul_in_the_key_id_of_the_bearer_token_is_unauthenticated(agent: ApiClient) -> None:
+    # Was a 500: the key id went into a database query, which cannot carry a NUL.
+    response = Client().get("/api/v1/capabilities", headers={"Authorization": "Bearer key_\x00.x"})
+    assert_refused(response, 401, "auth.unauthenticated")
