@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from django.test import Client
 
+from runs.models import Event, Run
 from tests.helpers import ApiClient
 
 
@@ -19,3 +20,11 @@ def test_a_nul_in_the_key_id_of_the_bearer_token_is_unauthenticated(agent: ApiCl
     # Was a 500: the key id went into a database query, which cannot carry a NUL.
     response = Client().get("/api/v1/capabilities", headers={"Authorization": "Bearer key_\x00.x"})
     assert_refused(response, 401, "auth.unauthenticated")
+
+
+def test_a_nul_in_the_idempotency_key_header_is_refused(agent: ApiClient) -> None:
+    # Was a 500: the header's value went into a database query.
+    response = agent.post("/api/v1/runs", {"title": "x"}, headers={"Idempotency-Key": "a\x00b"})
+    assert_refused(response, 422, "request.invalid_string")
+    assert response.json()["error"]["details"][0]["field"] == "header.Idempotency-Key"
+    assert Run.objects.count() == Event.objects.count() == 0
