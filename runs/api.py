@@ -36,6 +36,10 @@ class RunIn(StrictSchema):
             return None
         if deadline.tzinfo is None:
             deadline = deadline.replace(tzinfo=UTC)  # as run_start reads it (TIME_ZONE)
+        try:
+            deadline = deadline.astimezone(UTC)
+        except OverflowError:  # 9999-12-31T23:59:59-23:59 is in the year 10000 in UTC
+            raise ValueError("is out of range: it must be before the year 10000 in UTC") from None
         # A deadline already past (`0` is 1970) would end the run before its first call.
         if deadline <= timezone.now():
             raise ValueError("must be in the future (an ISO 8601 time with its offset)")

@@ -28,3 +28,11 @@ def test_a_nul_in_the_idempotency_key_header_is_refused(agent: ApiClient) -> Non
     assert_refused(response, 422, "request.invalid_string")
     assert response.json()["error"]["details"][0]["field"] == "header.Idempotency-Key"
     assert Run.objects.count() == Event.objects.count() == 0
+
+
+def test_a_deadline_past_the_calendar_in_utc_is_refused(agent: ApiClient) -> None:
+    # Was a 500: 9999-12-31T23:59:59-23:59 is in the year 10000 in UTC (OverflowError).
+    response = agent.post("/api/v1/runs", {"title": "x", "deadline": "9999-12-31T23:59:59-23:59"})
+    assert_refused(response, 422, "request.validation_failed")
+    assert [d["field"] for d in response.json()["error"]["details"]] == ["deadline"]
+    assert Run.objects.count() == 0
