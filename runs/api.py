@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -21,6 +22,17 @@ class StrictSchema(Schema):
     model_config = ConfigDict(extra="forbid")
 
 
+ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+
+
+def iso_time_only(value: Any) -> Any:
+    """A time is an ISO 8601 string, as the document says (`format: date-time`): pydantic
+    would also read a number, or a string of digits, as Unix seconds (`9` is 1970)."""
+    if value is not None and not (isinstance(value, str) and ISO_DATE.match(value)):
+        raise ValueError("must be an ISO 8601 time such as 2030-01-31T12:00:00Z")
+    return value
+
+
 class RunIn(StrictSchema):
     title: str = Field(..., min_length=1, max_length=200)
     correlation_id: str = Field("", max_length=200)
@@ -28,6 +40,8 @@ class RunIn(StrictSchema):
     max_attempts: int = Field(200, ge=1, le=100_000)
     deadline: datetime | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
+
+    _deadline_is_iso = field_validator("deadline", mode="before")(iso_time_only)
 
     @field_validator("deadline")
     @classmethod

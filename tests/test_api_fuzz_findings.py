@@ -1,13 +1,14 @@
-"""Server errors found while building the API fuzz test (tests/test_api_fuzz.py), by probing
-the inputs it reaches — headers, the bearer token, time zone offsets — each with the exact
-request that broke it: a named 4xx in the API's error shape now, and nothing written."""
+"""What building the API fuzz test (tests/test_api_fuzz.py) found, each with the exact request:
+server errors from probing the inputs it reaches — headers, the bearer token, time zone
+offsets — and times the document says are ISO 8601 strings but were also read as numbers.
+Each is a named 4xx in the API's error shape now, and nothing is written."""
 
 from __future__ import annotations
 
 from django.test import Client
 
 from runs.models import Event, Run
-from tests.helpers import ApiClient
+from tests.helpers import ApiClient, propose
 
 
 def assert_refused(response, status: int, name: str) -> None:
@@ -36,3 +37,19 @@ def test_a_deadline_past_the_calendar_in_utc_is_refused(agent: ApiClient) -> Non
     assert_refused(response, 422, "request.validation_failed")
     assert [d["field"] for d in response.json()["error"]["details"]] == ["deadline"]
     assert Run.objects.count() == 0
+
+
+def test_a_deadline_given_as_a_number_is_refused(agent: ApiClient) -> None:
+    # The document says an ISO 8601 date-time string; 4102444800 was read as Unix seconds (2100).
+    response = agent.post("/api/v1/runs", {"title": "x", "deadline": 4102444800})
+    assert_refused(response, 422, "request.validation_failed")
+    assert [d["field"] for d in response.json()["error"]["details"]] == ["deadline"]
+    assert Run.objects.count() == 0
+
+
+def test_since_given_as_a_number_is_refused(agent: ApiClient, sandbox) -> None:
+    # The document says an ISO 8601 date-time; `since=9` was read as 9 seconds after 1970.
+    call = propose(agent)
+    response = agent.get(f"/api/v1/tool-calls/{call['tool_call_id']}?since=9")
+    assert_refused(response, 422, "request.validation_failed")
+    assert [d["field"] for d in response.json()["error"]["details"]] == ["query.since"]
