@@ -15,7 +15,8 @@ command such as retry ignores its body, but a hostile one is refused all the sam
   hash when read back;
 - nested at most MAX_DEPTH levels, else 422 `request.too_deep`.
 
-The path and the query string are held to the same rules for strings (`strict_request`).
+The path, the query string and the headers are held to the same rules for strings
+(`strict_request`).
 """
 
 from __future__ import annotations
@@ -47,8 +48,9 @@ class StrictJSONParser(Parser):
 
 
 def strict_request(view_func: Callable[..., Any]) -> Callable[..., Any]:
-    """Applied to every operation (after auth, before the view): the path and the query
-    string meet the rules for strings, and a body that no body parameter parsed is parsed."""
+    """Applied to every operation (after auth, before the view): the path, the query string
+    and the headers meet the rules for strings, and a body that no body parameter parsed is
+    parsed."""
 
     @functools.wraps(view_func)
     def view(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
@@ -59,6 +61,9 @@ def strict_request(view_func: Callable[..., Any]) -> Callable[..., Any]:
             for value in (name, *values):
                 if problem := _string_problem(value):
                     strings.append(_detail(("query", _printable(name)), problem))
+        for name, value in request.headers.items():
+            if problem := _string_problem(value):
+                strings.append(_detail(("header", name), problem))
         if strings:
             raise _refusal(errors.REQUEST_INVALID_STRING, "strings that cannot be stored", strings)
         if request.body and not getattr(request, _CHECKED, False):

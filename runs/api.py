@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -21,6 +22,17 @@ class StrictSchema(Schema):
     model_config = ConfigDict(extra="forbid")
 
 
+ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+
+
+def iso_time_only(value: Any) -> Any:
+    """A time is an ISO 8601 string, as the document says (`format: date-time`): pydantic
+    would also read a number, or a string of digits, as Unix seconds (`9` is 1970)."""
+    if value is not None and not (isinstance(value, str) and ISO_DATE.match(value)):
+        raise ValueError("must be an ISO 8601 time such as 2030-01-31T12:00:00Z")
+    return value
+
+
 class RunIn(StrictSchema):
     title: str = Field(..., min_length=1, max_length=200)
     correlation_id: str = Field("", max_length=200)
@@ -32,6 +44,8 @@ class RunIn(StrictSchema):
     # answers 200 with that run (409 with another body), like an Idempotency-Key.
     external_ref: str | None = Field(None, min_length=1, max_length=200)
 
+    _deadline_is_iso = field_validator("deadline", mode="before")(iso_time_only)
+
     @field_validator("deadline")
     @classmethod
     def deadline_in_the_future(cls, deadline: datetime | None) -> datetime | None:
@@ -39,6 +53,10 @@ class RunIn(StrictSchema):
             return None
         if deadline.tzinfo is None:
             deadline = deadline.replace(tzinfo=UTC)  # as run_start reads it (TIME_ZONE)
+        try:
+            deadline = deadline.astimezone(UTC)
+        except OverflowError:  # 9999-12-31T23:59:59-23:59 is in the year 10000 in UTC
+            raise ValueError("is out of range: it must be before the year 10000 in UTC") from None
         # A deadline already past (`0` is 1970) would end the run before its first call.
         if deadline <= timezone.now():
             raise ValueError("must be in the future (an ISO 8601 time with its offset)")

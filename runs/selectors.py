@@ -60,7 +60,8 @@ def api_key_authenticate(token: str) -> ApiKey | None:
     """The active key that `token` (`<key id>.<secret>`) names, or None. The holder of an
     expired key's secret is told it expired (401), so they know to ask for a new one."""
     key_id, _, secret = token.partition(".")
-    if not key_id.startswith("key_") or not secret:
+    # A NUL cannot be in any key, and PostgreSQL refuses it in a query: no key, not a 500.
+    if not key_id.startswith("key_") or not secret or "\x00" in token:
         return None
     key = ApiKey.objects.select_related("tenant", "principal").filter(pk=key_id).first()
     if key is None or key.revoked_at is not None:

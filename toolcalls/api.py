@@ -9,9 +9,10 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponse
 from ninja import Field, Query, Router, Schema, Status
+from pydantic import field_validator
 
 from runs import selectors as run_selectors
-from runs.api import ERRORS, RunOut, StrictSchema, run_out
+from runs.api import ERRORS, RunOut, StrictSchema, iso_time_only, run_out
 from runs.services import actor_for_key
 from toolcalls import capabilities, commands, lifecycle, propose, selectors
 from toolcalls.envelope import tool_call_out
@@ -165,6 +166,8 @@ class WaitQuery(Schema):
     wait: float = Field(0, ge=0, le=MAX_WAIT_SECONDS)
     # The `updated_at` the caller last saw: a call that changed since answers at once.
     since: datetime | None = None
+
+    _since_is_iso = field_validator("since", mode="before")(iso_time_only)
 
 
 @router.get("/capabilities", response={200: list[CapabilityOut], **ERRORS})
