@@ -201,7 +201,11 @@ def flatmap_case(context: Any, case: Any) -> st.SearchStrategy[Any]:
         return st.just(case)
     return st.tuples(
         st.fixed_dictionaries(
-            {name: st.sampled_from(REAL_IDS[name]) for name in case.path_parameters}
+            {
+                name: st.sampled_from(REAL_IDS[name])
+                for name in case.path_parameters
+                if name in REAL_IDS  # others (a checkpoint's name) keep their generated value
+            }
         ),
         OFTEN,
         proposals(),
@@ -251,6 +255,11 @@ def real_ids(
         run_id=[run.pk, run.pk, run.pk, other_run.pk],  # another tenant's: a 404
         tool_call_id=[c.pk for c in ToolCall.objects.filter(run=run)],
         decision_id=[decision.pk],
+        name=["plan"],
+    )
+    agent.put(
+        f"/api/v1/runs/{run.pk}/checkpoints/plan",
+        {"state": "refunding", "step_index": 1, "schema_version": 1},
     )
     yield REAL_IDS
     REAL_IDS.clear()

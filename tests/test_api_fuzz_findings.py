@@ -53,3 +53,13 @@ def test_since_given_as_a_number_is_refused(agent: ApiClient, sandbox) -> None:
     response = agent.get(f"/api/v1/tool-calls/{call['tool_call_id']}?since=9")
     assert_refused(response, 422, "request.validation_failed")
     assert [d["field"] for d in response.json()["error"]["details"]] == ["query.since"]
+
+
+def test_two_response_schemas_never_share_a_name() -> None:
+    """django-ninja names a component by its class: a second `DecisionOut` (the envelope's
+    approval decision) silently replaced the decision record's in the document."""
+    from config.api import api
+
+    components = api.get_openapi_schema()["components"]["schemas"]
+    assert "decision_id" in components["DecisionOut"]["properties"]
+    assert "outcome" in components["ApprovalDecisionOut"]["properties"]

@@ -60,7 +60,7 @@ class DecisionEntryOut(Schema):
     at: datetime
 
 
-class DecisionOut(Schema):
+class ApprovalDecisionOut(Schema):
     """What people decided on the call's latest decided approval."""
 
     outcome: str = Field(
@@ -109,7 +109,7 @@ class ToolCallOut(Schema):
         "the proposed ones are in the tool_call.proposed event",
     )
     edited: bool = Field(..., description="An approver changed the arguments")
-    decision: DecisionOut | None
+    decision: ApprovalDecisionOut | None
     approval_url: str | None = Field(
         ..., description="The approval page of the latest approval (COUNTERSIGN_BASE_URL)"
     )
