@@ -1,5 +1,6 @@
 # Sourced by bin/demo, bin/test and .ci/run: a virtualenv in .venv with the pinned
-# requirements, re-installed only when requirements.txt changes.
+# requirements, re-installed only when the requirements file changes. bin/test and .ci/run set
+# COUNTERSIGN_REQUIREMENTS=requirements-dev.txt (the server's plus the client's extras).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -18,11 +19,13 @@ if [ ! -x .venv/bin/python ]; then
   echo "Creating the virtualenv in .venv ..."
   "$(find_python)" -m venv .venv
 fi
-stamp=.venv/.requirements.sha256
-wanted=$(sha256sum requirements.txt | cut -d' ' -f1)
+requirements="${COUNTERSIGN_REQUIREMENTS:-requirements.txt}"
+stamp=".venv/.${requirements%.txt}.sha256"
+# The stamp covers every file the install reads, so a change to any of them re-installs.
+wanted=$(cat "$requirements" requirements.txt client/pyproject.toml | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ]; then
-  echo "Installing requirements.txt into .venv ..."
-  .venv/bin/python -m pip install --quiet --disable-pip-version-check -r requirements.txt
+  echo "Installing $requirements into .venv ..."
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check -r "$requirements"
   echo "$wanted" > "$stamp"
 fi
 export PATH="$PWD/.venv/bin:$PATH"
