@@ -18,7 +18,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
+import time
+from collections.abc import Callable
 from typing import Any
 
 from countersign import Countersign
@@ -27,8 +30,10 @@ from langchain.agents import create_agent
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
+from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 
+from examples.demo_agents import Rounds
 from examples.file_saver import FileSaver
 
 REFUND = {"order_id": "order-003", "amount_cents": 25000, "currency": "USD"}
@@ -63,27 +68,38 @@ def build_agent(cs: Countersign, saver: Any, wait_s: float, refund: dict = REFUN
     return create_agent(ScriptedModel(refund=refund), middleware=[middleware], checkpointer=saver)
 
 
-def run_agent(agent: Any, cs: Countersign, thread_id: str, *, park: bool = False) -> dict:
+def show(line: dict) -> None:
+    print(json.dumps(line), flush=True)
+
+
+def run_agent(
+    agent: Any,
+    cs: Countersign,
+    thread_id: str,
+    *,
+    park: bool = False,
+    say: Callable[[dict], None] = show,
+) -> dict:
     """Start the thread, or go on from where its saved state stopped; returns the final state,
     or the interrupt's payload when parked."""
     config = {"configurable": {"thread_id": thread_id}}
     saved = agent.get_state(config)
     if saved.interrupts:
         step: Any = Command(resume={"type": "check"})  # nobody decides through the graph
-        print(json.dumps({"resumed": "parked"}), flush=True)
+        say({"resumed": "parked"})
     elif saved.next:
         step = None  # stopped mid-step (killed): run what was pending
-        print(json.dumps({"resumed": list(saved.next)}), flush=True)
+        say({"resumed": list(saved.next)})
     elif saved.values.get("messages"):
         return saved.values  # this thread is finished
     else:
-        step = {"messages": [HumanMessage("Order order-003 was charged twice: refund $250.")]}
+        step = {"messages": [HumanMessage("The customer was charged twice: refund $250.")]}
     while True:
         state = agent.invoke(step, config)
         if not state.get("__interrupt__"):
             return state
         parked = state["__interrupt__"][0].value
-        print(json.dumps({"parked": parked["countersign"]}), flush=True)
+        say({"parked": parked["countersign"]})
         if park:
             return parked
         # Follow the call until people decide, then let the node look again.
@@ -104,7 +120,22 @@ def main() -> None:
         agent = build_agent(cs, FileSaver(options.checkpoints), options.wait)
         state = run_agent(agent, cs, options.thread, park=options.park)
     if "messages" in state:
-        print(json.dumps({"answer": state["messages"][-1].content}), flush=True)
+        show({"answer": state["messages"][-1].content})
+
+
+class DemoRounds(Rounds):
+    """`bin/demo --agent langgraph`: each round a new thread asks to refund $250 of one of the
+    seeded orders; an approver decides in the demo's console and the agent goes on."""
+
+    log = logging.getLogger("countersign.demo_agent")
+    started = int(time.time())  # thread ids must be new at every start of the demo
+
+    def one_round(self, cs: Countersign, number: int) -> None:
+        refund = {**REFUND, "order_id": f"order-00{3 + number % 4}"}
+        agent = build_agent(cs, InMemorySaver(), wait_s=5, refund=refund)
+        thread_id = f"demo-{self.started}-{number}"
+        state = run_agent(agent, cs, thread_id, say=lambda line: self.log.info("%s", line))
+        self.log.info("langgraph agent, %s: %s", thread_id, state["messages"][-1].content)
 
 
 if __name__ == "__main__":
