@@ -49,7 +49,9 @@ class ScriptedModel(BaseChatModel):
     def bind_tools(self, tools: Any, **kwargs: Any) -> ScriptedModel:
         return self
 
-    def _generate(self, messages: list[Any], stop: Any = None, **kwargs: Any) -> ChatResult:
+    def _generate(
+        self, messages: list[Any], stop: Any = None, run_manager: Any = None, **kwargs: Any
+    ) -> ChatResult:
         answers = [m for m in messages if isinstance(m, ToolMessage)]
         if answers:
             message = AIMessage(content=f"The refund tool said: {answers[-1].content}")

@@ -17,6 +17,9 @@ again, and the node, proposing the same key again, gets the same call back — n
 one — and either its outcome or another interrupt. That is the hazard LangGraph's docs warn
 about (code before `interrupt()` runs again on resume) made harmless.
 
+Several calls parked in one step are several interrupts: resume them together with
+`Command(resume={interrupt.id: {} for interrupt in state["__interrupt__"]})`.
+
 Needs the `langgraph` extra (`pip install "./client[langgraph]"`): imported only when used.
 """
 

@@ -10,6 +10,7 @@ from its saved state.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -18,8 +19,10 @@ from typing import Any
 
 import pytest
 from countersign import Countersign
-from countersign.langgraph import countersign_tools, intent_for
+from countersign.langgraph import CountersignMiddleware, countersign_tools, intent_for
+from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
@@ -27,6 +30,7 @@ from langgraph.types import Command
 
 from examples.langgraph_refund import REFUND, ScriptedModel, build_agent, run_agent
 from runs.models import User
+from tests import helpers
 from tests.helpers import ROOT, ApiClient, approval_of, decide, logged_in, wait_for
 from tests.sandbox_process import Sandbox
 from toolcalls.models import ToolCall
@@ -134,6 +138,46 @@ def test_an_agent_killed_after_proposing_and_restarted_from_its_saved_state_refu
     assert ToolCall.objects.count() == 1
     [refund] = refunds(sandbox)
     assert refund["payload"]["amount_cents"] == 15000
+
+
+def test_the_middleware_sends_the_agents_own_tool_to_countersign(
+    cs: Countersign, sandbox: Sandbox, start_celery
+) -> None:
+    start_celery("worker")
+    bodies_run = []
+
+    @tool
+    def refund_order(order_id: str, amount_cents: int, currency: str) -> str:
+        """Refund an order."""
+        bodies_run.append(order_id)
+        return "refunded by the tool's own body"
+
+    middleware = CountersignMiddleware(cs, route={"refund_order": "refund-order-v2"}, wait_s=30)
+    model = ScriptedModel(refund=helpers.REFUND, tool_name="refund_order")
+    agent = create_agent(
+        model, [refund_order], middleware=[middleware], checkpointer=InMemorySaver()
+    )
+
+    state = agent.invoke(
+        {"messages": [HumanMessage("refund")]}, {"configurable": {"thread_id": "t"}}
+    )
+
+    [answer] = tool_messages(state)
+    assert answer.content.startswith("Countersign: succeeded. Result: ")
+    assert answer.artifact["intent"] == "t:call_refund_1"
+    assert bodies_run == []  # Countersign executed it, not the tool's body
+    assert len(refunds(sandbox)) == 1
+
+
+def test_an_async_agent_parks_the_same_way(cs: Countersign, sandbox: Sandbox) -> None:
+    agent = build_agent(cs, InMemorySaver(), wait_s=0.5)
+    config = {"configurable": {"thread_id": "thread-async"}}
+
+    state = asyncio.run(agent.ainvoke({"messages": [HumanMessage("refund")]}, config))
+
+    [parked] = state["__interrupt__"]
+    assert parked.value["countersign"]["status"] == "awaiting_approval"
+    assert ToolCall.objects.get().intent == "thread-async:call_refund_1"
 
 
 # --- the tool wrapper alone, in a graph of one's own -------------------------------------------

@@ -56,7 +56,9 @@ def test_the_demo_runs_the_langgraph_agent_and_it_goes_on_after_the_approval(
         approve_with_an_edit(f"http://127.0.0.1:{port}", password, approval_url)
 
         wait_for(lambda: "Countersign: succeeded" in log.read_text(), 90, "the agent's answer")
-        answer = next(line for line in log.read_text().splitlines() if "Countersign: succeeded" in line)
+        answer = next(
+            line for line in log.read_text().splitlines() if "Countersign: succeeded" in line
+        )
         assert "langgraph agent, demo-" in answer
         assert "alice edited the call before it ran (reason: half now)" in answer
         assert "amount_cents 25000 -> 15000" in answer
