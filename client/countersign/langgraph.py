@@ -95,7 +95,7 @@ class _Executor:
                 self.run_for(thread_id), self.capability, args, intent=intent
             )
         except CountersignError as refused:
-            if refused.status >= 500:
+            if refused.status >= 500 or refused.status == 401:
                 raise  # nothing the model can fix: the graph fails and may be run again
             return _refusal(tool_name, tool_call_id, refused)
         if call["status"] not in TERMINAL:
