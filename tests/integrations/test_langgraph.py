@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from countersign import Countersign
 from countersign.langgraph import CountersignMiddleware, countersign_tools, intent_for
+from django.core.management import call_command
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
@@ -97,6 +98,8 @@ def test_the_agent_parks_and_the_model_is_told_what_the_approver_changed(
     assert "amount_cents 25000 -> 15000" in state["messages"][-1].content
     [refund] = refunds(sandbox)
     assert refund["payload"]["amount_cents"] == 15000
+    call_command("rebuild_projections", "--verify")
+    call_command("verify_event_chain")
 
 
 def agent_process(live_server, agent: ApiClient, checkpoints: str, log) -> subprocess.Popen:
@@ -138,6 +141,8 @@ def test_an_agent_killed_after_proposing_and_restarted_from_its_saved_state_refu
     assert ToolCall.objects.count() == 1
     [refund] = refunds(sandbox)
     assert refund["payload"]["amount_cents"] == 15000
+    call_command("rebuild_projections", "--verify")
+    call_command("verify_event_chain")
 
 
 def test_the_middleware_sends_the_agents_own_tool_to_countersign(
