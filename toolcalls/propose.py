@@ -25,6 +25,7 @@ from toolcalls import capabilities, errors, gate
 from toolcalls.capabilities import Capability
 from toolcalls.checks import business_check, invalid
 from toolcalls.models import ObjectRevision, ToolCall
+from toolcalls.selectors import proposed_args_digest
 from toolcalls.writes import bind_log_ids, tool_call_event
 
 
@@ -149,7 +150,9 @@ def check_scope(api_key: ApiKey, capability: Capability) -> None:
 
 
 def _same_call(existing: ToolCall, args_digest: str) -> ToolCall:
-    if existing.args_digest != args_digest:
+    # After an approver's edit the agent may send what it proposed again (a framework
+    # replaying its node): that is still this call, answered as edited (`executed_args`).
+    if existing.args_digest != args_digest and args_digest != proposed_args_digest(call=existing):
         raise DomainError(
             IDEMPOTENCY_CONFLICT,
             f"Tool call {existing.pk} already has this intent on this object with other "

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.db.models import Q, QuerySet
 
 from runs.errors import not_found
-from runs.models import Run, Tenant
+from runs.models import Event, Run, Tenant
 from toolcalls.models import E, ToolCall, WebhookDelivery
 
 
@@ -49,4 +49,15 @@ def webhook_deliveries(*, tenant: Tenant, limit: int = 100) -> list[WebhookDeliv
         .select_related("webhook")
         .prefetch_related("attempt_log")
         .order_by("-created_at")[:limit]
+    )
+
+
+def proposed_args_digest(*, call: ToolCall) -> str:
+    """The digest of the arguments the call was proposed with (an approver's edit replaces
+    `args_digest`; its `tool_call.proposed` event keeps the first)."""
+    return (
+        Event.objects.filter(tool_call_id=call.pk, event_type="tool_call.proposed")
+        .values_list("payload__args_digest", flat=True)
+        .first()
+        or ""
     )

@@ -26,7 +26,7 @@ from django.core.servers.basehttp import WSGIServer, run
 from django.core.wsgi import get_wsgi_application
 from django.utils import timezone
 
-from examples.demo_agent import DemoAgent
+from examples import demo_agents
 from runs.models import ApiKey, Tenant, User
 from runs.services import api_key_issue
 
@@ -72,6 +72,13 @@ class Command(BaseCommand):
             action="store_true",
             help="start no scripted agent: drive the API yourself",
         )
+        parser.add_argument(
+            "--agent",
+            default="scripted",
+            choices=sorted(demo_agents.AGENTS),
+            help="the agent to run (scripted): "
+            + "; ".join(f"{name}: {c.help}" for name, c in demo_agents.AGENTS.items()),
+        )
 
     def handle(self, *args: object, **options: Any) -> None:
         if not settings.EMBEDDED:
@@ -93,8 +100,7 @@ class Command(BaseCommand):
         runtime = embedded.start()
         agent = None
         if not options["no_agent"]:
-            agent = DemoAgent(base_url, self.fresh_api_key(tenant))
-            agent.start()
+            agent = demo_agents.start(options["agent"], base_url, self.fresh_api_key(tenant))
         self.print_logins(base_url, passwords, options["sandbox_port"])
         # SIGTERM (a service manager, `kill`) stops everything the way Ctrl-C does.
         signal.signal(signal.SIGTERM, signal.default_int_handler)
