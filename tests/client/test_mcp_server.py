@@ -58,10 +58,12 @@ def stdio_server(live_server, agent: ApiClient, *args: str) -> StdioServerParame
 @asynccontextmanager
 async def stdio_session(params: StdioServerParameters, **callbacks: Any):
     with Path(os.devnull).open("w") as quiet:
-        async with stdio_client(params, errlog=quiet) as (read, write):
-            async with ClientSession(read, write, **callbacks) as session:
-                await session.initialize()
-                yield session
+        async with (
+            stdio_client(params, errlog=quiet) as (read, write),
+            ClientSession(read, write, **callbacks) as session,
+        ):
+            await session.initialize()
+            yield session
 
 
 @pytest.fixture
@@ -70,8 +72,10 @@ def http_server(live_server, agent: ApiClient, tmp_path: Path) -> Iterator[str]:
     port = free_port()
     log = (tmp_path / "mcp-http.log").open("w")
     process = subprocess.Popen(
-        [sys.executable, "-m", "countersign.mcp_server", "--transport", "http"]
-        + ["--port", str(port), "--wait", "30", "--progress-every", "1"],
+        [
+            *(sys.executable, "-m", "countersign.mcp_server", "--transport", "http"),
+            *("--port", str(port), "--wait", "30", "--progress-every", "1"),
+        ],
         env=server_env(live_server, agent),
         cwd=ROOT,
         stdout=log,
@@ -97,10 +101,12 @@ def http_server(live_server, agent: ApiClient, tmp_path: Path) -> Iterator[str]:
 
 @asynccontextmanager
 async def http_session(url: str) -> AsyncIterator[ClientSession]:
-    async with streamable_http_client(url) as (read, write):
-        async with ClientSession(read, write) as session:
-            await session.initialize()
-            yield session
+    async with (
+        streamable_http_client(url) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        yield session
 
 
 class Progress:
@@ -170,9 +176,7 @@ def test_over_stdio_a_big_refund_parks_and_the_status_returns_the_edited_result(
             again = await session.call_tool(REFUND_TOOL, BIG_REFUND)
             person = approve_with_an_edit_when_asked(approver, 15000)
             call_id = parked.structured_content["call_id"]
-            done = await session.call_tool(
-                "countersign_status", {"call_id": call_id, "wait_s": 60}
-            )
+            done = await session.call_tool("countersign_status", {"call_id": call_id, "wait_s": 60})
             await asyncio.to_thread(person.join)
             return tools, parked, again, done, progress
 
@@ -301,3 +305,21 @@ def test_over_http_a_big_refund_waits_for_the_approver_and_returns_the_edited_re
     assert done.structured_content["executed_args"]["amount_cents"] == 12000
     assert done.structured_content["decision"]["by"] == ["alice"]
     assert_one_refund_of(sandbox, 12000)
+
+
+# --- the example --------------------------------------------------------------------------------
+
+
+def test_the_example_host_runs(live_server, agent: ApiClient, sandbox: Sandbox) -> None:
+    done = subprocess.run(
+        [sys.executable, "examples/mcp_host.py", "--wait", "1", "--follow", "0"],
+        cwd=ROOT,
+        env=server_env(live_server, agent),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "tool refund-order-v2: destructive" in done.stdout
+    assert "waiting for approval, 0 of 1" in done.stdout
+    assert "Do not re-issue this call" in done.stdout
