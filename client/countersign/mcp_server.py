@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
+import httpx
 import mcp.types as types
 from mcp.server import Server, ServerRequestContext
 
@@ -96,9 +97,15 @@ class Bridge:
             await ctx.session.report_progress(
                 round(time.monotonic() - started, 3), wait_s, mcp_outcome.waiting_message(call)
             )
-            call = await self.cs.tool_call(
-                call["tool_call_id"], wait=min(every, left), since=call["updated_at"]
-            )
+            try:
+                call = await self.cs.tool_call(
+                    call["tool_call_id"], wait=min(every, left), since=call["updated_at"]
+                )
+            except (CountersignError, httpx.TransportError) as exc:
+                # The call is recorded either way: answer with what was last seen (a pending
+                # handle), never with an error that invites the model to propose it again.
+                log.warning("following %s: %s", call["tool_call_id"], exc)
+                break
         return call
 
     async def propose(
