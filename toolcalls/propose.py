@@ -19,7 +19,7 @@ from runs.errors import (
     not_found,
 )
 from runs.ids import new_id
-from runs.models import ApiKey, Decision, Run, Tenant, User
+from runs.models import ApiKey, Decision, Event, Run, Tenant, User
 from runs.selectors import run_get
 from toolcalls import capabilities, errors, gate
 from toolcalls.capabilities import Capability
@@ -149,13 +149,24 @@ def check_scope(api_key: ApiKey, capability: Capability) -> None:
 
 
 def _same_call(existing: ToolCall, args_digest: str) -> ToolCall:
-    if existing.args_digest != args_digest:
+    if existing.args_digest != args_digest and not _edited_from(existing, args_digest):
         raise DomainError(
             IDEMPOTENCY_CONFLICT,
             f"Tool call {existing.pk} already has this intent on this object with other "
             "arguments; a new intent needs a new `intent` value.",
         )
     return existing
+
+
+def _edited_from(call: ToolCall, args_digest: str) -> bool:
+    """An approver's edit replaced the call's arguments in place. An agent replaying its
+    proposal (a framework re-running a node, an MCP host asking again) sends the arguments
+    it proposed: that is the same call, and it gets back what actually runs."""
+    return Event.objects.filter(
+        tool_call_id=call.pk,
+        event_type="tool_call.args_edited",
+        payload__from_digest=args_digest,
+    ).exists()
 
 
 def _lock_open_run(tenant: Tenant, run_id: str) -> Run:
