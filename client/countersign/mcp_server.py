@@ -32,14 +32,15 @@ import mcp.types as types
 from mcp.server import Server, ServerRequestContext
 
 from countersign import mcp_outcome
-from countersign._core import MAX_WAIT_SECONDS
 from countersign.aio import AsyncCountersign
 from countersign.client import CountersignError
 from countersign.types import TERMINAL, ToolCall
 
 log = logging.getLogger("countersign.mcp")
 
-BUILTIN_TOOLS = ("countersign_status", "countersign_cancel", "countersign_pending")
+# The longest a status check holds the host's request: many hosts time a request out at
+# 60 s, and a pending handle is a fine answer to come back to.
+MAX_STATUS_WAIT_S = 50
 
 
 @dataclass
@@ -138,7 +139,7 @@ class Bridge:
     async def status(self, ctx: ServerRequestContext, args: dict[str, Any]) -> types.CallToolResult:
         wait_s = float(args.get("wait_s", self.settings.wait_s))
         call = await self.cs.tool_call(args["call_id"])
-        return answer(await self.follow(ctx, call, max(0.0, wait_s)))
+        return answer(await self.follow(ctx, call, min(max(0.0, wait_s), MAX_STATUS_WAIT_S)))
 
     async def cancel(self, args: dict[str, Any]) -> types.CallToolResult:
         call = await self.cs.cancel(args["call_id"], reason=args.get("reason", ""))
@@ -222,13 +223,13 @@ def _builtin_tools(wait_s: float) -> list[types.Tool]:
             description=(
                 "How a call stands: its result, why it was refused, or that it still waits. "
                 f"Waits up to wait_s seconds (default {wait_s:g}, at most "
-                f"{MAX_WAIT_SECONDS * 4}) for it to settle."
+                f"{MAX_STATUS_WAIT_S}) for it to settle."
             ),
             input_schema={
                 "type": "object",
                 "properties": {
                     "call_id": call_id,
-                    "wait_s": {"type": "number", "minimum": 0, "maximum": MAX_WAIT_SECONDS * 4},
+                    "wait_s": {"type": "number", "minimum": 0, "maximum": MAX_STATUS_WAIT_S},
                 },
                 "required": ["call_id"],
                 "additionalProperties": False,

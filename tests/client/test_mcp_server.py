@@ -176,7 +176,7 @@ def test_over_stdio_a_big_refund_parks_and_the_status_returns_the_edited_result(
             again = await session.call_tool(REFUND_TOOL, BIG_REFUND)
             person = approve_with_an_edit_when_asked(approver, 15000)
             call_id = parked.structured_content["call_id"]
-            done = await session.call_tool("countersign_status", {"call_id": call_id, "wait_s": 60})
+            done = await session.call_tool("countersign_status", {"call_id": call_id, "wait_s": 45})
             await asyncio.to_thread(person.join)
             return tools, parked, again, done, progress
 
@@ -203,6 +203,34 @@ def test_over_stdio_a_big_refund_parks_and_the_status_returns_the_edited_result(
     assert done.structured_content["result"]["amount_cents"] == 15000
     assert "what actually ran" in text_of(done)
     assert_one_refund_of(sandbox, 15000)
+
+
+def test_a_server_started_again_for_the_same_conversation_gives_the_same_call(
+    live_server, agent: ApiClient, approver: User, sandbox: Sandbox, start_celery
+) -> None:
+    """The host's conversation id (COUNTERSIGN_EXTERNAL_REF) names the run: a server process
+    that ends after proposing, and a new one the host starts, propose into the same run, so
+    the model asking again for the same refund gets the same call — one refund."""
+    start_celery("worker")
+    params = stdio_server(live_server, agent, "--wait", "0")
+    params.env["COUNTERSIGN_EXTERNAL_REF"] = "conversation-7"
+
+    async def host() -> tuple[Any, ...]:
+        async with stdio_session(params) as session:
+            before = await session.call_tool(REFUND_TOOL, BIG_REFUND)
+        person = approve_with_an_edit_when_asked(approver, 20000)
+        async with stdio_session(params) as session:
+            after = await session.call_tool(REFUND_TOOL, BIG_REFUND)
+            call_id = after.structured_content["call_id"]
+            done = await session.call_tool("countersign_status", {"call_id": call_id, "wait_s": 45})
+        await asyncio.to_thread(person.join)
+        return before, after, done
+
+    before, after, done = run_async(host())
+    assert after.structured_content["call_id"] == before.structured_content["call_id"]
+    assert done.structured_content["status"] == "succeeded"
+    assert done.structured_content["executed_args"]["amount_cents"] == 20000
+    assert_one_refund_of(sandbox, 20000)
 
 
 def test_a_key_from_the_hosts_meta_is_the_intent(
