@@ -160,6 +160,9 @@ class CapabilityOut(Schema):
     timeout_seconds: float
     retry: dict[str, dict[str, float]]
     input_schema: dict[str, Any]
+    # Whether this key's scopes cover the capability: a key lists what it may propose (an
+    # MCP server offers those as its tools); proposing one it may not is 403.
+    may_propose: bool
 
 
 class WaitQuery(Schema):
@@ -172,8 +175,18 @@ class WaitQuery(Schema):
 
 @router.get("/capabilities", response={200: list[CapabilityOut], **ERRORS})
 def list_capabilities(request: HttpRequest) -> list[dict[str, Any]]:
-    """Every contract: what it does, its risk and input schema (with a valid example)."""
-    return [capability.describe() for capability in capabilities.REGISTRY.values()]
+    """Every contract: what it does, its risk and input schema (with a valid example), and
+    whether this API key may propose it (`may_propose`)."""
+    key = request.auth
+    return [
+        {
+            **capability.describe(),
+            "may_propose": key.may_propose(
+                capability_id=capability.id, permission=capability.permission
+            ),
+        }
+        for capability in capabilities.REGISTRY.values()
+    ]
 
 
 @router.post("/runs/{run_id}/tool-calls", response={200: ToolCallOut, 201: ToolCallOut, **ERRORS})
