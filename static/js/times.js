@@ -2,9 +2,13 @@
 // relative times that stay current ("just now", "3 minutes ago"). The server writes UTC as
 // the fallback; nothing here comes from a CDN.
 (() => {
+  // (dateStyle/timeStyle cannot be combined with timeZoneName: the fields are named.)
   const absolute = new Intl.DateTimeFormat(undefined, {
-    dateStyle: "medium",
-    timeStyle: "short",
+    year: "numeric",
+    month: "short",
+    day: "numeric",
+    hour: "2-digit",
+    minute: "2-digit",
     timeZoneName: "short",
   });
   const relative = new Intl.RelativeTimeFormat("en", { numeric: "auto" });
