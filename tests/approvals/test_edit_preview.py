@@ -140,3 +140,26 @@ def test_a_preview_that_changes_nothing_says_so(
     location = preview(alice, approval, amount_cents="250")
     page = alice.get(location).content.decode()
     assert "Nothing changed: change a value, or approve it as it stands." in page
+
+
+def test_the_form_is_typed_from_the_schema(
+    agent: ApiClient, approver: User, sandbox: Sandbox, monkeypatch
+) -> None:
+    """Money in dollars, enums as a select, required fields marked, the object read-only."""
+    import dataclasses
+
+    from toolcalls import capabilities
+
+    refund = capabilities.get("refund-order-v2")
+    schema = {**refund.input_schema, "properties": dict(refund.input_schema["properties"])}
+    schema["properties"]["currency"] = {"type": "string", "title": "Currency", "enum": ["USD"]}
+    monkeypatch.setitem(
+        capabilities.REGISTRY, refund.id, dataclasses.replace(refund, input_schema=schema)
+    )
+    approval = approval_of(propose(agent, BIG_REFUND))
+    page = logged_in(approver).get(f"/approvals/{approval.pk}/").content.decode()
+    form = page[page.index('<details id="edit"') : page.index("Preview changes")]
+    assert '<label for="arg__amount_cents">Amount (USD) <span class="required"' in form
+    assert '<select id="arg__currency" name="arg__currency" required><option selected>USD' in form
+    assert '<label for="arg__reason">Reason</label>' in form  # optional: no marker
+    assert 'id="arg__order_id" value="order-003" readonly disabled' in form
