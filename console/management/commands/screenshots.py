@@ -115,7 +115,7 @@ class Command(BaseCommand):
         refund = {"order_id": "order-003", "amount_cents": 25000, "currency": "USD"}
         refund["reason"] = "charged twice"
         first = propose(run_id, "refund-order-v2", refund, "refund-1", decision_id=decision)
-        propose(run_id, "refund-order-v2", refund, "refund-2", decision_id=decision)
+        second = propose(run_id, "refund-order-v2", refund, "refund-2", decision_id=decision)
         alice = User.objects.get(username="alice")
         approval = Approval.objects.get(tool_call_id=first)
         # Alice raises the first refund to the whole second charge: now two approvers.
@@ -159,6 +159,7 @@ class Command(BaseCommand):
             "approval": f"/approvals/{edited.pk}/",
             "run": f"/runs/{run_id}/",
             "desk": "/desk/",
+            "confirm-edit": f"/approvals/{Approval.objects.get(tool_call_id=second).pk}/",
         }
 
     def shoot(
@@ -174,8 +175,9 @@ class Command(BaseCommand):
         # Playwright's sync API runs an event loop in this thread; the ORM is done by now.
         os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
         out.mkdir(parents=True, exist_ok=True)
-        # bob decides the approval alice edited; olivia (admin) reads the run and the desk.
-        who = {"approval": "bob", "run": "olivia", "desk": "olivia"}
+        # bob decides the approval alice edited; olivia (admin) reads the run and the desk;
+        # alice previews an edit of the other refund.
+        who = {"approval": "bob", "run": "olivia", "desk": "olivia", "confirm-edit": "alice"}
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(
                 executable_path=chromium, headless=True, args=CHROMIUM_ARGS
@@ -197,11 +199,21 @@ class Command(BaseCommand):
                     page.goto(f"{base_url}{path}")
                     if page_name == "approval":
                         page.locator("#context-facts").wait_for()
+                    if page_name == "confirm-edit":
+                        preview_an_edit(page)
                     file = out / f"{page_name}-{width_name}.png"
                     page.screenshot(path=str(file), full_page=True)
                     self.stdout.write(f"wrote {file}")
                     context.close()
             browser.close()
+
+
+def preview_an_edit(page: Any) -> None:
+    page.get_by_text("Approve with edits").first.click()
+    page.get_by_label("Amount (USD)").fill("300")
+    page.get_by_label("Why you edit it").fill("shipping was charged twice too")
+    page.get_by_role("button", name="Preview changes").click()
+    page.locator("#edit-diff").wait_for()
 
 
 def free_port() -> int:
