@@ -16,3 +16,4 @@ INVALID_STATE = "approval.invalid_state"  # a transition its state does not allo
 NOT_APPROVED = "approval.not_approved"  # dispatch found the call's approval not approved
 EDIT_NOT_ALLOWED = "approval.edit_not_allowed"  # an edit of a field the contract fixes
 CHECK_FAILED = "approval.check_failed"  # the call would fail its business check now
+PREVIEW_STALE = "approval.preview_stale"  # a confirm step for an edit previewed on another version

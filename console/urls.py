@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from console.views import approvals, desk, memory, ops, people, runs
+from console.views import approval_edit, approvals, desk, memory, ops, people, runs
 
 runs_patterns = [
     path("", runs.run_list, name="list"),
@@ -18,6 +18,9 @@ approvals_patterns = [
     path("<str:approval_id>/approve/", approvals.approve, name="approve"),
     path("<str:approval_id>/reject/", approvals.reject, name="reject"),
     path("<str:approval_id>/edit/", approvals.approve_with_edits, name="approve-with-edits"),
+    path("<str:approval_id>/edit/preview/", approval_edit.preview_edits, name="preview-edits"),
+    path("<str:approval_id>/edit/confirm/", approval_edit.confirm_edits, name="confirm-edits"),
+    path("<str:approval_id>/context/", approval_edit.object_context, name="context"),
     path("<str:approval_id>/feedback/", memory.approval_feedback, name="feedback"),
 ]
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from django.db.models import Q, QuerySet
 
 from runs.errors import not_found
@@ -61,3 +63,25 @@ def proposed_args_digest(*, call: ToolCall) -> str:
         .first()
         or ""
     )
+
+
+def calls_on_object(
+    *,
+    tenant: Tenant,
+    object_ref: str,
+    since: datetime,
+    capability_id: str | None = None,
+    exclude: str | None = None,
+    limit: int = 20,
+) -> list[ToolCall]:
+    """The tenant's other calls on one object (of one capability, when named) that are still
+    open, or that changed since `since`: what an approver should see before approving the
+    same thing twice. Newest first; one query on the (tenant, object_ref) index."""
+    calls = ToolCall.objects.filter(tenant=tenant, object_ref=object_ref).filter(
+        ~Q(execution_status__in=ToolCall.FINAL_EXECUTION) | Q(updated_at__gte=since)
+    )
+    if capability_id:
+        calls = calls.filter(capability_id=capability_id)
+    if exclude:
+        calls = calls.exclude(pk=exclude)
+    return list(calls.order_by("-created_at", "-id")[:limit])

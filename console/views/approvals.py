@@ -16,13 +16,13 @@ from django.views.decorators.http import require_POST
 
 from approvals import selectors
 from approvals.models import Approval
+from console import approval_page as page
+from console import formatting
+from console.views.approval_edit import preview_from_post
 from memory.feedback import approval_feedback
 from runs.errors import DomainError
-from runs.models import Tenant
 from runs.permissions import tenant_member_required
 from toolcalls import capabilities, gate
-from toolcalls import selectors as toolcall_selectors
-from toolcalls.capabilities import Capability
 from toolcalls.checks import edit_value, invalid
 
 
@@ -33,45 +33,14 @@ def inbox(request: HttpRequest) -> HttpResponse:
     return render(request, template, {"approvals": approvals, "now": timezone.now()})
 
 
-def _edit_fields(approval: Approval, capability: Capability | None) -> list[dict[str, Any]]:
-    """The form of approve-with-edits: every argument, those that identify the object shown
-    read-only (the service refuses an edit of them anyway)."""
-    if capability is None:
-        return []
-    return [
-        {
-            "name": name,
-            "type": spec.get("type", "string"),
-            "value": approval.args.get(name, ""),
-            "editable": name not in capability.identity_fields,
-        }
-        for name, spec in capability.input_schema["properties"].items()
-    ]
-
-
-def _other_calls(
-    tenant: Tenant, approval: Approval, capability: Capability | None
-) -> dict[str, Any]:
-    """The other calls of this capability on this object that are not final (or not yet
-    confirmed): "other refunds of this order", which count against what is refundable."""
-    calls = toolcall_selectors.calls_effect_pending(
-        tenant=tenant,
-        capability_id=approval.tool_call.capability_id,
-        object_ref=approval.object_ref,
-        exclude=approval.tool_call_id,
-    )[:20]
-    if capability is not None and capability.action == "refund":
-        title = "Other refunds of this order"
-    else:
-        title = f"Other calls of {approval.tool_call.capability_id} on {approval.object_ref}"
-    return {"title": title, "calls": list(calls)}
-
-
 def _page_context(request: HttpRequest, approval: Approval, **extra: Any) -> dict[str, Any]:
     call = approval.tool_call
     capability = capabilities.get(call.capability_id)
     now = timezone.now()
     decisions = list(approval.decisions.select_related("user"))
+    # A refused preview comes back here (after a redirect) with what was typed and why not.
+    # (Not by the banner's poll, which would take it before the page shows it.)
+    refused_edit = {} if request.htmx else request.session.pop(f"edit-form:{approval.pk}", {})
     return {
         "approval": approval,
         "call": call,
@@ -84,10 +53,18 @@ def _page_context(request: HttpRequest, approval: Approval, **extra: Any) -> dic
         "replacement": call.approvals.filter(created_at__gt=approval.created_at)
         .order_by("-created_at")
         .first(),
-        "already_approved_by_me": approval.decisions.filter(user=request.user).exists(),
+        "already_approved_by_me": any(d.user_id == request.user.pk for d in decisions),
         "next_approval": selectors.next_for(user=request.user, after=approval),
-        "edit_fields": _edit_fields(approval, capability),
-        "others": _other_calls(request.user.tenant, approval, capability),
+        "arguments": formatting.argument_rows(capability, approval.args),
+        "why": page.why_asked(approval, capability),
+        "decided": page.edits_made(decisions, capability, approval.args),
+        "decision_json": page.decision_json(call),
+        "others": page.same_object_calls(request.user.tenant, call, capability, now),
+        "edit_fields": page.edit_fields(
+            approval, capability, refused_edit.get("typed"), refused_edit.get("problems")
+        ),
+        "refused_edit": refused_edit,
+        "edit_form_problem": refused_edit.get("problems", {}).get(""),
         "feedback": approval_feedback(approval=approval),
         **extra,
     }
@@ -185,6 +162,10 @@ def approve_with_edits(request: HttpRequest, approval_id: str) -> HttpResponse:
     approval = _get(request, approval_id)
 
     def decision(**command: Any) -> Approval:
+        # From the confirm step: the edit is the one previewed, at the version previewed.
+        preview = preview_from_post(request, approval)
+        if preview is not None:
+            return gate.tool_call_approve_with_edits(**{**command, **preview.command()})
         return gate.tool_call_approve_with_edits(**command, edits=_edits(request, approval))
 
     return _decide(request, approval_id, decision, "Approved with your edits")

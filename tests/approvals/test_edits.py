@@ -50,9 +50,10 @@ def test_the_page_shows_the_fields_that_identify_the_object_read_only(
 ) -> None:
     approval = approval_of(propose(agent, REFUND_012))
     page = logged_in(approver).get(f"/approvals/{approval.pk}/").content.decode()
-    assert 'name="edit__amount_cents"' in page
-    assert 'name="edit__order_id"' not in page  # not submitted with the form
-    assert 'id="edit__order_id" value="order-012" readonly disabled' in page
+    # The typed form (issue #11): the amount in dollars, previewed before it is saved.
+    assert 'name="arg__amount_cents" value="250.00" type="text" inputmode="decimal"' in page
+    assert 'name="arg__order_id"' not in page  # not submitted with the form
+    assert 'id="arg__order_id" value="order-012" readonly disabled' in page
     assert "identifies order:order-012: not editable" in page
 
 

@@ -77,7 +77,7 @@ def test_the_approval_page_lists_the_other_refunds_of_the_order(
     assert "Other refunds of this order" in page
     listed = page[page.index('id="other-calls"') :]
     assert small["tool_call_id"] in listed
-    assert "5000 cents USD" in listed
+    assert "Amount $50.00" in listed
     assert "authorized" in listed
     assert big["tool_call_id"] not in listed
 

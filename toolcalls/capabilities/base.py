@@ -97,6 +97,23 @@ class UpstreamUnavailable(Exception):
 
 
 @dataclass(frozen=True)
+class Fact:
+    """One line of what the external system says about a call's object, for the person who
+    decides it (the approval page's context panel). `cents_of` names the currency when the
+    value is an amount in cents; `warn` marks a line that argues against the call."""
+
+    label: str
+    value: Any
+    cents_of: str | None = None
+    warn: bool = False
+
+
+# (trusted data, the call's args) -> what the approver should know about its object. Reads
+# with the tenant's credentials; raises UpstreamUnavailable when the system does not answer.
+ContextReader = Callable[[TrustedData, dict[str, Any]], list[Fact]]
+
+
+@dataclass(frozen=True)
 class Capability:
     id: str
     version: int
@@ -135,6 +152,9 @@ class Capability:
     max_lookups: int = 6
     # A response status meaning the operation already finished (not just accepted).
     completes_on_response: bool = True
+    # What an approver reads beside the arguments (toolcalls/context.py); None: the page
+    # shows our own other calls on the object instead.
+    context: ContextReader | None = None
 
     @property
     def irreversible(self) -> bool:
@@ -244,7 +264,7 @@ def schema(properties: dict[str, Any], required: list[str], example: dict[str, A
     }
 
 
-ORDER_ID = {"type": "string", "pattern": "^order-[0-9]{3}$"}
+ORDER_ID = {"type": "string", "title": "Order", "pattern": "^order-[0-9]{3}$"}
 
 
 def problem(field_name: str, text: str) -> Problems:

@@ -7,6 +7,7 @@ from typing import Any
 from toolcalls.capabilities.base import (
     ORDER_ID,
     Capability,
+    Fact,
     Problems,
     Request,
     TrustedData,
@@ -31,6 +32,39 @@ def _check_waybill(data: TrustedData, args: dict[str, Any]) -> Problems:
         "address",
         "args.address_id",
     )
+
+
+def _waybill_context(data: TrustedData, args: dict[str, Any]) -> list[Fact]:
+    """Where the parcel goes and what it carries: the address as the carrier has it, and the
+    reservation as the warehouse has it."""
+    address = data.get("carrier", f"/addresses/{args['address_id']}")
+    if address is None or address.get("tenant") != data.tenant_slug:
+        facts = [
+            Fact("Address", f"{args['address_id']} is not an address of this tenant", warn=True)
+        ]
+    else:
+        where = ", ".join(
+            str(address[part])
+            for part in ("name", "street", "postal_code", "city", "country")
+            if address.get(part)
+        )
+        facts = [Fact("Address", where)]
+        if address.get("valid") is False:
+            facts.append(Fact("Carrier's check", "the carrier refuses this address", warn=True))
+    if not args.get("reservation_id"):
+        return [*facts, Fact("Reservation", "none named: the waybill is not tied to stock")]
+    reservation = data.get("warehouse", f"/reservations/{args['reservation_id']}")
+    if reservation is None:
+        return [*facts, Fact("Reservation", f"{args['reservation_id']} not found", warn=True)]
+    return [
+        *facts,
+        Fact(
+            "Reservation",
+            f"{reservation['quantity']} x {reservation['sku']} in {reservation['warehouse_id']}"
+            f" for {reservation['order_id']}, {reservation['status']}",
+            warn=reservation["status"] != "reserved" or reservation["order_id"] != args["order_id"],
+        ),
+    ]
 
 
 def _verify_waybill(data: TrustedData, external_id: str, args: dict[str, Any]) -> str:
@@ -72,8 +106,13 @@ register(
         input_schema=schema(
             {
                 "order_id": ORDER_ID,
-                "address_id": {"type": "string", "minLength": 1, "maxLength": 50},
-                "reservation_id": {"type": "string", "maxLength": 50},
+                "address_id": {
+                    "type": "string",
+                    "title": "Address",
+                    "minLength": 1,
+                    "maxLength": 50,
+                },
+                "reservation_id": {"type": "string", "title": "Reservation", "maxLength": 50},
             },
             ["order_id", "address_id"],
             {"order_id": "order-001", "address_id": "addr-001"},
@@ -88,6 +127,7 @@ register(
         # The carrier's look-up lags: a new waybill may be "not found" for a while.
         consistency_window=5.0,
         verify=_verify_waybill,
+        context=_waybill_context,
         compensation="cancel-waybill-v1",
         compensation_args=lambda external_id, args: {"waybill_id": external_id},
         # The carrier ignores idempotency keys: only our look-up-before-retry prevents twins.
@@ -107,7 +147,7 @@ register(
         risk="low",
         reversible=False,
         input_schema=schema(
-            {"waybill_id": {"type": "string", "pattern": "^wb_[A-Za-z0-9]+$"}},
+            {"waybill_id": {"type": "string", "title": "Waybill", "pattern": "^wb_[A-Za-z0-9]+$"}},
             ["waybill_id"],
             {"waybill_id": "wb_seed0001"},
         ),

@@ -52,9 +52,9 @@ register(
         input_schema=schema(
             {
                 "order_id": ORDER_ID,
-                "to": {"type": "string", "format": "email", "maxLength": 200},
-                "subject": {"type": "string", "minLength": 1, "maxLength": 200},
-                "body": {"type": "string", "minLength": 1, "maxLength": 10_000},
+                "to": {"type": "string", "title": "To", "format": "email", "maxLength": 200},
+                "subject": {"type": "string", "title": "Subject", "minLength": 1, "maxLength": 200},
+                "body": {"type": "string", "title": "Message", "minLength": 1, "maxLength": 10_000},
             },
             ["order_id", "to", "subject", "body"],
             {

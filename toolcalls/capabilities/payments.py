@@ -7,6 +7,7 @@ from typing import Any
 from toolcalls.capabilities.base import (
     ORDER_ID,
     Capability,
+    Fact,
     OpenCall,
     Problems,
     Request,
@@ -100,6 +101,35 @@ def _check_refund(data: TrustedData, args: dict[str, Any]) -> Problems:
     return problem("args.amount_cents", text + ").")
 
 
+def _refund_context(data: TrustedData, args: dict[str, Any]) -> list[Fact]:
+    """What an approver weighs a refund against: the order as the payment system has it, and
+    our other refunds of it that it does not show yet (the same arithmetic as the check)."""
+    order = data.get("payments", f"/orders/{args['order_id']}")
+    if order is None or order.get("tenant") != data.tenant_slug:
+        return [Fact("Order", f"{args['order_id']} is not an order of this tenant", warn=True)]
+    currency = order["currency"]
+    others = _refunds_not_yet_booked(data, args["order_id"], order)
+    pending = sum(call.args.get("amount_cents", 0) for call in others)
+    refundable = order["refundable_cents"] - pending
+    return [
+        Fact("Customer", order.get("customer_email", "")),
+        Fact("Captured", order["captured_cents"], cents_of=currency),
+        Fact("Refunded so far", order["refunded_cents"], cents_of=currency),
+        Fact(
+            f"Pending or in flight here ({len(others)} refund{'s' if len(others) != 1 else ''})",
+            pending,
+            cents_of=currency,
+            warn=bool(others),
+        ),
+        Fact(
+            "Refundable now",
+            max(refundable, 0),
+            cents_of=currency,
+            warn=args.get("amount_cents", 0) > refundable,
+        ),
+    ]
+
+
 def _verify_refund(data: TrustedData, external_id: str, args: dict[str, Any]) -> str:
     order = data.get("payments", f"/orders/{args['order_id']}")
     if order is None:
@@ -127,9 +157,15 @@ register(
         input_schema=schema(
             {
                 "order_id": ORDER_ID,
-                "amount_cents": {"type": "integer", "minimum": 1, "maximum": 10_000_000},
-                "currency": {"type": "string", "pattern": "^[A-Za-z]{3}$"},
-                "reason": {"type": "string", "maxLength": 500},
+                "amount_cents": {
+                    "type": "integer",
+                    "title": "Amount",
+                    "description": "In cents of the currency.",
+                    "minimum": 1,
+                    "maximum": 10_000_000,
+                },
+                "currency": {"type": "string", "title": "Currency", "pattern": "^[A-Za-z]{3}$"},
+                "reason": {"type": "string", "title": "Reason", "maxLength": 500},
             },
             ["order_id", "amount_cents", "currency"],
             {
@@ -152,5 +188,6 @@ register(
         consistency_window=2.0,
         verify=_verify_refund,
         remote_dedupe_window=24 * 3600,
+        context=_refund_context,
     )
 )

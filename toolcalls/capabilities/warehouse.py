@@ -17,6 +17,9 @@ from toolcalls.capabilities.base import (
     schema,
 )
 
+WAREHOUSE_ID = {"type": "string", "title": "Warehouse", "minLength": 1, "maxLength": 50}
+SKU = {"type": "string", "title": "Part (SKU)", "minLength": 1, "maxLength": 50}
+
 
 def _check_warranty(data: TrustedData, args: dict[str, Any]) -> Problems:
     return owned(
@@ -67,8 +70,8 @@ register(
         reversible=True,
         input_schema=schema(
             {
-                "warehouse_id": {"type": "string", "minLength": 1, "maxLength": 50},
-                "sku": {"type": "string", "minLength": 1, "maxLength": 50},
+                "warehouse_id": WAREHOUSE_ID,
+                "sku": SKU,
             },
             ["warehouse_id", "sku"],
             {"warehouse_id": "wh-acme-1", "sku": "PART-100"},
@@ -136,9 +139,9 @@ register(
         reversible=True,
         input_schema=schema(
             {
-                "warehouse_id": {"type": "string", "minLength": 1, "maxLength": 50},
-                "sku": {"type": "string", "minLength": 1, "maxLength": 50},
-                "quantity": {"type": "integer", "minimum": 1, "maximum": 1000},
+                "warehouse_id": WAREHOUSE_ID,
+                "sku": SKU,
+                "quantity": {"type": "integer", "title": "Quantity", "minimum": 1, "maximum": 1000},
                 "order_id": ORDER_ID,
             },
             ["warehouse_id", "sku", "quantity", "order_id"],
@@ -178,7 +181,13 @@ register(
         risk="low",
         reversible=False,
         input_schema=schema(
-            {"reservation_id": {"type": "string", "pattern": "^rsv_[A-Za-z0-9]+$"}},
+            {
+                "reservation_id": {
+                    "type": "string",
+                    "title": "Reservation",
+                    "pattern": "^rsv_[A-Za-z0-9]+$",
+                }
+            },
             ["reservation_id"],
             {"reservation_id": "rsv_seed0001"},
         ),

@@ -1,0 +1,168 @@
+"""What the approval page shows beside the decision buttons, built from stored state: the
+arguments labelled and formatted, why a person is asked, who decided and what they changed,
+the agent's decision as JSON, other calls on the same object, and the typed edit form."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime
+from typing import Any
+
+from approvals.models import Approval, ApprovalDecision
+from console import formatting
+from runs.models import Tenant
+from toolcalls import capabilities, context
+from toolcalls.capabilities import Capability
+from toolcalls.models import E, ToolCall
+
+SIMPLE_CONDITION = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(>=|<=|>|<|==)\s*(-?\d+)\s*$")
+COMPARISONS = {">": "over", ">=": "at least", "<": "under", "<=": "at most", "==": "exactly"}
+
+
+def threshold_text(capability: Capability | None, condition: str, args: dict[str, Any]) -> str:
+    """`amount_cents > 20000` as "Amount over $200.00"; other conditions as written."""
+    match = SIMPLE_CONDITION.match(condition or "")
+    if not match:
+        return condition
+    name, operator, number = match.groups()
+    value = formatting.value_text(capability, name, int(number), args)
+    return f"{formatting.label(capability, name)} {COMPARISONS[operator]} {value}"
+
+
+def why_asked(approval: Approval, capability: Capability | None) -> dict[str, Any]:
+    """The rule that asked for people, as the policy version it was asked under states it."""
+    rule = next(
+        (
+            rule
+            for rule in approval.policy.rules
+            if (rule.get("name") or rule.get("when")) == approval.rule_name
+        ),
+        None,
+    )
+    condition = rule.get("when", "") if rule else ""
+    return {
+        "rule": approval.rule_name,
+        "condition": condition,
+        "threshold": threshold_text(capability, condition, approval.args) if condition else "",
+        "policy_version": approval.policy_version,
+        "approvers": approval.required_approvers,
+        "risk": approval.risk,
+    }
+
+
+def edits_made(
+    decisions: list[ApprovalDecision], capability: Capability | None, args: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """Who decided so far, and what each edit changed on the way to these arguments."""
+    made = []
+    for decision in decisions:
+        if not decision.edit_diff:
+            made.append({"decision": decision, "changes": []})
+            continue
+        before = {**args, **{k: c.get("from") for k, c in decision.edit_diff.items()}}
+        after = {**args, **{k: c.get("to") for k, c in decision.edit_diff.items()}}
+        made.append(
+            {
+                "decision": decision,
+                "changes": formatting.diff_rows(capability, decision.edit_diff, before, after),
+            }
+        )
+    return made
+
+
+def decision_json(call: ToolCall) -> str:
+    """The agent's decision, indented as JSON (not Python's repr)."""
+    if call.decision is None:
+        return ""
+    return json.dumps(call.decision.content, indent=2, ensure_ascii=False, sort_keys=True)
+
+
+def call_summary(call: ToolCall) -> str:
+    """A call in the words of its contract ("Refund 250.00 USD on order order-003.")."""
+    capability = capabilities.get(call.capability_id)
+    if capability is None:
+        return call.capability_id
+    try:
+        return capability.summary(call.args)
+    except (KeyError, TypeError, ValueError):
+        return call.capability_id
+
+
+def same_object_calls(
+    tenant: Tenant, call: ToolCall, capability: Capability | None, now: datetime
+) -> dict[str, Any]:
+    """Other calls of this capability on this object, open or changed in the last day; a
+    warning when one is still open or went out recently (the same refund asked twice)."""
+    calls = context.calls_on_object(tenant=tenant, call=call, same_capability=True, now=now)
+    rows = [
+        {
+            "call": other,
+            "args": formatting.argument_rows(capability, other.args),
+            "identical": other.args_digest == call.args_digest,
+            "open": other.execution_status not in ToolCall.FINAL_EXECUTION,
+            "done": other.execution_status == E.COMPLETED,
+        }
+        for other in calls
+    ]
+    warn = [row for row in rows if row["open"] or row["done"]]
+    if capability is not None and capability.action == "refund":
+        title = "Other refunds of this order"
+    else:
+        title = f"Other calls of {call.capability_id} on {call.object_ref}"
+    return {
+        "title": title,
+        "rows": rows,
+        "warn": warn,
+        "identical": [row for row in warn if row["identical"]],
+        "amount_field": next(iter(formatting.money_fields(capability)), None),
+    }
+
+
+def edit_fields(
+    approval: Approval,
+    capability: Capability | None,
+    typed: dict[str, str] | None = None,
+    problems: dict[str, str] | None = None,
+) -> list[dict[str, Any]]:
+    """The approve-with-edits form, typed from the schema: money in major units (dollars),
+    whole numbers as numbers, enums as a select, text otherwise; the fields that identify
+    the object shown read-only. `typed`/`problems`: what the person sent and what was wrong
+    with it, after a refused preview."""
+    if capability is None:
+        return []
+    typed, problems = typed or {}, problems or {}
+    money = formatting.money_fields(capability)
+    required = set(capability.input_schema.get("required", []))
+    fields = []
+    for name, spec in capability.input_schema["properties"].items():
+        value = approval.args.get(name)
+        if name in money:
+            kind, shown = (
+                "money",
+                formatting.cents_to_major_units(value, approval.args.get("currency")),
+            )
+        elif spec.get("enum"):
+            kind, shown = "select", "" if value is None else str(value)
+        elif spec.get("type") == "integer":
+            kind, shown = "number", "" if value is None else str(value)
+        elif spec.get("maxLength", 0) > 500:
+            kind, shown = "textarea", "" if value is None else str(value)
+        else:
+            kind, shown = "text", "" if value is None else str(value)
+        fields.append(
+            {
+                "name": name,
+                "label": formatting.label(capability, name),
+                "kind": kind,
+                "value": typed.get(name, shown),
+                "choices": [str(choice) for choice in spec.get("enum", [])],
+                "currency": (approval.args.get("currency") or "").upper(),
+                "required": name in required,
+                "editable": name not in capability.identity_fields,
+                "min": spec.get("minimum"),
+                "max": spec.get("maximum"),
+                "problem": problems.get(name, ""),
+            }
+        )
+    return fields
