@@ -19,7 +19,7 @@ from runs.errors import (
     not_found,
 )
 from runs.ids import new_id
-from runs.models import ApiKey, Decision, Run, Tenant, User
+from runs.models import ApiKey, Decision, Event, Run, Tenant, User
 from runs.selectors import run_get
 from toolcalls import capabilities, errors, gate
 from toolcalls.capabilities import Capability
@@ -149,13 +149,25 @@ def check_scope(api_key: ApiKey, capability: Capability) -> None:
 
 
 def _same_call(existing: ToolCall, args_digest: str) -> ToolCall:
-    if existing.args_digest != args_digest:
+    if existing.args_digest != args_digest and not _edited_from(existing, args_digest):
         raise DomainError(
             IDEMPOTENCY_CONFLICT,
             f"Tool call {existing.pk} already has this intent on this object with other "
             "arguments; a new intent needs a new `intent` value.",
         )
     return existing
+
+
+def _edited_from(call: ToolCall, args_digest: str) -> bool:
+    """Did an approver edit the call away from these arguments? A framework that replays its
+    tool call after the approval resubmits what its model asked for, not what the approver
+    made of it: that is still this call (its answer says what ran, `edited`), not a conflict."""
+    return Event.objects.filter(
+        run_id=call.run_id,
+        tool_call_id=call.pk,
+        event_type="tool_call.args_edited",
+        payload__from_digest=args_digest,
+    ).exists()
 
 
 def _lock_open_run(tenant: Tenant, run_id: str) -> Run:
