@@ -21,7 +21,8 @@ from tests.integrations.conftest import approve_with_an_edit, held_call, run_asy
 from tests.sandbox_process import Sandbox
 from toolcalls.models import ToolCall
 
-pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+# The tests that start a worker or an agent process are `slow`.
+pytestmark = pytest.mark.django_db(transaction=True)
 
 EXAMPLE = "examples/pydantic_ai_refund.py"
 
@@ -31,6 +32,7 @@ def refund_agent(cs: Any, run: dict, wait_s: float) -> Agent:
     return Agent(scripted_model(), toolsets=[toolset], output_type=[str, DeferredToolRequests])
 
 
+@pytest.mark.slow
 def test_the_tool_proposes_with_the_run_and_the_models_call_id_and_waits(
     live_server, agent: ApiClient, approver: User, sandbox: Sandbox, start_celery
 ) -> None:
@@ -61,6 +63,7 @@ def test_the_tool_proposes_with_the_run_and_the_models_call_id_and_waits(
     assert len(sandbox.ledger("payments")) == 1
 
 
+@pytest.mark.slow
 def test_it_defers_the_call_and_resumes_with_the_approvers_edit(
     live_server, agent: ApiClient, approver: User, sandbox: Sandbox, start_celery
 ) -> None:
@@ -119,6 +122,7 @@ def test_a_rejection_reaches_the_model_with_the_reason_and_nothing_runs(
     assert sandbox.ledger("payments") == []
 
 
+@pytest.mark.slow
 def test_an_agent_killed_while_parked_resumes_from_its_saved_state(
     agent_process, agent: ApiClient, approver: User, sandbox: Sandbox, start_celery
 ) -> None:
@@ -128,6 +132,7 @@ def test_an_agent_killed_while_parked_resumes_from_its_saved_state(
     # Parked: history and deferred requests are on disk and the process polls.
     wait_for(lambda: "parked" in first.output(), 30, "the agent to park")
     first.kill()
+    assert json.loads(first.state.read_text())["history"]  # what the second one starts from
     approve_with_an_edit(approver, call, 15000)
     second = agent_process(EXAMPLE, agent.token, "second")
     received = second.received()
