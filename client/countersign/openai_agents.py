@@ -110,16 +110,26 @@ def _tool(
 
 
 async def apply_decisions(
-    client: Any, run: str | dict[str, Any], state: RunState, *, wait: float = 0
+    client: Any,
+    run: str | dict[str, Any],
+    state: RunState,
+    *,
+    wait: float = 0,
+    tools: Iterable[FunctionTool] | None = None,
 ) -> list[ToolApprovalItem]:
     """Approve or reject, in `state`, each interruption whose call people have decided in
     Countersign (waiting up to `wait` seconds for each), and return those still waiting. An
     empty list: `Runner.run(agent, state)` continues the run. Call it when the
     `approval.decided` webhook arrives (verify it with `countersign.verify_webhook`) or on a
-    timer; it writes nothing to Countersign."""
+    timer; it writes nothing to Countersign. When the agent has other tools that ask for
+    approval, pass `tools` (those of `countersign_tools`): the other interruptions are left
+    alone, for their own approvers."""
     run_id = _framework.run_id_of(run)
+    ours = {tool.name for tool in tools} if tools is not None else None
     waiting = []
     for item in state.get_interruptions():
+        if ours is not None and item.name not in ours:
+            continue
         call = await _interrupted_call(client, run_id, item)
         if call["status"] == _framework.WAITING and wait > 0:
             until = frozenset(get_args(Status)) - {_framework.WAITING}

@@ -10,16 +10,16 @@ from typing import Any
 
 import pytest
 from agents import Agent, Runner, RunState, set_tracing_disabled
-from countersign import AsyncCountersign, Countersign
+from countersign import AsyncCountersign, Countersign, verify_webhook
 from countersign.openai_agents import apply_decisions, countersign_tools
 from django.db import connections
 
 from examples.openai_agents_refund import REFUND, ScriptedRefundModel
-from runs.models import User
-from tests.helpers import ApiClient, approval_of, decide, logged_in, wait_for
+from runs.models import Tenant, User
+from tests.helpers import ApiClient, WebhookReceiver, approval_of, decide, logged_in, wait_for
 from tests.integrations.conftest import approve_with_an_edit, held_call, run_async
 from tests.sandbox_process import Sandbox
-from toolcalls.models import ToolCall
+from toolcalls.models import ToolCall, Webhook
 
 # The tests that start a worker or an agent process are `slow`.
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -130,6 +130,53 @@ def test_a_rejection_reaches_the_model_with_the_reason_and_nothing_runs(
         received = run_async(resume())
     assert "rejected (fraud)" in received
     assert sandbox.ledger("payments") == []
+
+
+@pytest.mark.slow
+def test_the_approval_decided_webhook_tells_the_parked_agent_to_resume(
+    live_server,
+    agent: ApiClient,
+    approver: User,
+    sandbox: Sandbox,
+    start_celery,
+    tenant: Tenant,
+    webhook_receiver: WebhookReceiver,
+) -> None:
+    hook = Webhook.objects.create(
+        tenant=tenant, url=webhook_receiver.url, event_types=["approval.decided"]
+    )
+    start_celery("worker")
+
+    async def park() -> tuple[dict, str]:
+        async with AsyncCountersign(live_server.url, agent.token) as cs:
+            run = await cs.start_run("Refund order-003", external_ref="thread-oai-3")
+            result = await Runner.run(refund_agent(cs, run, interrupt=True), "Refund order-003")
+            return run, result.to_state().to_string()
+
+    run, saved = run_async(park())
+    call = held_call(run_id=run["run_id"])
+    approve_with_an_edit(approver, call, 15000)
+    wait_for(lambda: webhook_receiver.received, 30, "the approval.decided webhook")
+    [delivery] = webhook_receiver.received
+    event = verify_webhook(delivery.body, delivery.headers, hook.secret)
+    assert (event["type"], event["data"]["tool_call"]["tool_call_id"]) == (
+        "approval.decided",
+        call.pk,
+    )
+
+    async def resume() -> str:
+        async with AsyncCountersign(live_server.url, agent.token) as cs:
+            tools = countersign_tools(cs, run, capabilities=["refund-order-v2"], interrupt=True)
+            refunds = Agent(name="refunds", model=ScriptedRefundModel(), tools=tools)
+            state = await RunState.from_string(refunds, saved)
+            # The webhook said it is decided: no waiting.
+            assert await apply_decisions(cs, run, state, tools=tools) == []
+            return (await Runner.run(refunds, state)).final_output
+
+    received = json.loads(run_async(resume()))
+    assert (received["tool_call_id"], received["edited"]) == (call.pk, True)
+    assert received["executed_args"]["amount_cents"] == 15000
+    assert len(sandbox.ledger("payments")) == 1
 
 
 @pytest.mark.slow
