@@ -180,8 +180,9 @@ def test_the_approval_decided_webhook_tells_the_parked_agent_to_resume(
 
 
 @pytest.mark.slow
-def test_an_agent_killed_while_parked_resumes_from_its_saved_state(
-    agent_process, agent: ApiClient, approver: User, sandbox: Sandbox, start_celery
+@pytest.mark.parametrize("killed", ["parked", "before_saving"])
+def test_an_agent_killed_after_proposing_resumes_from_its_saved_state(
+    killed: str, agent_process, agent: ApiClient, approver: User, sandbox: Sandbox, start_celery
 ) -> None:
     start_celery("worker")
     first = agent_process(EXAMPLE, agent.token, "first")
@@ -189,7 +190,12 @@ def test_an_agent_killed_while_parked_resumes_from_its_saved_state(
     # Parked: the paused RunState is on disk and the process polls for the decision.
     wait_for(lambda: "parked" in first.output(), 30, "the agent to park")
     first.kill()
-    assert json.loads(first.state.read_text())["run_state"]  # what the second one starts from
+    saved = json.loads(first.state.read_text())
+    assert saved["run_state"]  # parked: what the second process starts from
+    if killed == "before_saving":
+        # As if killed between the proposal and writing the paused state: the second process
+        # starts over in the same conversation, and its model asks for the same call again.
+        first.state.write_text(json.dumps({"thread": saved["thread"], "run_state": None}))
     approve_with_an_edit(approver, call, 15000)
     second = agent_process(EXAMPLE, agent.token, "second")
     received = second.received()

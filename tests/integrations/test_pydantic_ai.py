@@ -123,8 +123,9 @@ def test_a_rejection_reaches_the_model_with_the_reason_and_nothing_runs(
 
 
 @pytest.mark.slow
-def test_an_agent_killed_while_parked_resumes_from_its_saved_state(
-    agent_process, agent: ApiClient, approver: User, sandbox: Sandbox, start_celery
+@pytest.mark.parametrize("killed", ["parked", "before_saving"])
+def test_an_agent_killed_after_proposing_resumes_from_its_saved_state(
+    killed: str, agent_process, agent: ApiClient, approver: User, sandbox: Sandbox, start_celery
 ) -> None:
     start_celery("worker")
     first = agent_process(EXAMPLE, agent.token, "first")
@@ -132,7 +133,12 @@ def test_an_agent_killed_while_parked_resumes_from_its_saved_state(
     # Parked: history and deferred requests are on disk and the process polls.
     wait_for(lambda: "parked" in first.output(), 30, "the agent to park")
     first.kill()
-    assert json.loads(first.state.read_text())["history"]  # what the second one starts from
+    saved = json.loads(first.state.read_text())
+    assert saved["history"]  # parked: what the second process starts from
+    if killed == "before_saving":
+        # As if killed between the proposal and writing the paused state: the second process
+        # starts over in the same conversation, and its model asks for the same call again.
+        first.state.write_text(json.dumps({"thread": saved["thread"], "history": None}))
     approve_with_an_edit(approver, call, 15000)
     second = agent_process(EXAMPLE, agent.token, "second")
     received = second.received()
