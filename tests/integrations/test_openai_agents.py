@@ -9,7 +9,8 @@ import threading
 from typing import Any
 
 import pytest
-from agents import Agent, Runner, RunState, set_tracing_disabled
+from agents import Agent, Runner, RunState, function_tool, set_tracing_disabled
+from agents.testing import function_call
 from countersign import AsyncCountersign, Countersign, verify_webhook
 from countersign.openai_agents import apply_decisions, countersign_tools
 from django.db import connections
@@ -130,6 +131,34 @@ def test_a_rejection_reaches_the_model_with_the_reason_and_nothing_runs(
         received = run_async(resume())
     assert "rejected (fraud)" in received
     assert sandbox.ledger("payments") == []
+
+
+class RefundAndWipe(ScriptedRefundModel):
+    """Asks for the refund and, in the same turn, for a local tool that needs approval."""
+
+    async def get_response(self, system_instructions, input, *args: Any, **kwargs: Any):
+        response = await super().get_response(system_instructions, input, *args, **kwargs)
+        if response.output[0].type == "function_call":
+            response.output.append(function_call("wipe_disk", {}, call_id="call_wipe_1"))
+        return response
+
+
+def test_other_tools_interruptions_are_left_to_their_own_approvers(
+    live_server, agent: ApiClient, sandbox: Sandbox
+) -> None:
+    @function_tool(needs_approval=True)
+    def wipe_disk() -> str:
+        """Not Countersign's: the application asks its own approvers."""
+        return "wiped"
+
+    with Countersign(live_server.url, agent.token) as cs:
+        run = cs.start_run("Refund order-003", external_ref="thread-oai-4")
+        tools = countersign_tools(cs, run, capabilities=["refund-order-v2"], interrupt=True)
+        both = Agent(name="refunds", model=RefundAndWipe(), tools=[*tools, wipe_disk])
+        result = run_async(Runner.run(both, "Refund order-003"))
+        assert sorted(i.name for i in result.interruptions) == ["refund-order-v2", "wipe_disk"]
+        waiting = run_async(apply_decisions(cs, run, result.to_state(), tools=tools))
+    assert [i.name for i in waiting] == ["refund-order-v2"]
 
 
 @pytest.mark.slow
