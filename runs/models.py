@@ -6,6 +6,8 @@ from functools import partial
 
 from django.contrib.auth.models import AbstractUser
 from django.db import models
+from django.db.models import F
+from django.db.models.functions import Upper
 from django.utils import timezone
 from django_fsm import FSMField, FSMModelMixin, transition
 
@@ -248,6 +250,10 @@ class Event(models.Model):
             models.Index(fields=["decision_id"], name="event_decision"),
             models.Index(fields=["approval_id"], name="event_approval"),
             models.Index(fields=["correlation_id"], name="event_correlation"),
+            # The audit trail, newest first, one page at a time (its keyset cursor is these
+            # columns), and a person's events: actors are matched whole, in any case.
+            models.Index(fields=["tenant", "occurred_at", "run", "seq"], name="event_audit"),
+            models.Index(F("tenant"), Upper("actor"), F("occurred_at"), name="event_actor"),
         ]
 
     def __str__(self) -> str:
