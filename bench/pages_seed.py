@@ -68,7 +68,28 @@ CLONED_TABLES = (
     ),
 )
 SERIAL_TABLES = {"toolcalls_toolcall_depends_on", "approvals_approvaldecision"}
-EVENT_COLUMNS = ["id", "run_id", "seq", "event_type", "schema_version", "producer", "tenant_id", "actor", "turn_id", "decision_id", "capability_id", "tool_call_id", "approval_id", "correlation_id", "causation_id", "occurred_at", "recorded_at", "payload", "prev_hash", "hash"]
+EVENT_COLUMNS = [
+    "id",
+    "run_id",
+    "seq",
+    "event_type",
+    "schema_version",
+    "producer",
+    "tenant_id",
+    "actor",
+    "turn_id",
+    "decision_id",
+    "capability_id",
+    "tool_call_id",
+    "approval_id",
+    "correlation_id",
+    "causation_id",
+    "occurred_at",
+    "recorded_at",
+    "payload",
+    "prev_hash",
+    "hash",
+]
 
 
 @dataclass
