@@ -203,6 +203,17 @@ class Decision(models.Model):
         return f"{self.id} {self.kind} v{self.version}"
 
 
+# Event types the dashboard and /metrics count (console/metrics.py, console/dashboard.py).
+COUNTED_EVENT_TYPES = (
+    "tool_call.proposed",
+    "tool_call.dispatching",
+    "tool_call.result_unknown",
+    "tool_call.stale_result_refused",
+    "approval.approved",
+    "approval.rejected",
+)
+
+
 class Event(models.Model):
     """One typed runtime fact. Append-only: PostgreSQL refuses UPDATE, DELETE and TRUNCATE
     (migration 0002). Each event carries the hash of the run's previous event."""
@@ -254,6 +265,19 @@ class Event(models.Model):
             # columns), and a person's events: actors are matched whole, in any case.
             models.Index(fields=["tenant", "occurred_at", "run", "seq"], name="event_audit"),
             models.Index(F("tenant"), Upper("actor"), F("occurred_at"), name="event_actor"),
+            # The few types the dashboard and /metrics count, by hour and in all: a partial
+            # index, so the other events cost it nothing.
+            models.Index(
+                fields=["tenant", "event_type", "occurred_at"],
+                condition=models.Q(event_type__in=COUNTED_EVENT_TYPES),
+                name="event_counted",
+            ),
+            # When a call entered result_unknown, for the dwell of the unknowns.
+            models.Index(
+                fields=["tool_call_id", "occurred_at"],
+                condition=models.Q(event_type="tool_call.result_unknown"),
+                name="event_entered_unknown",
+            ),
         ]
 
     def __str__(self) -> str:

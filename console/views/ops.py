@@ -15,6 +15,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
 from console import audit, metrics
+from console import dashboard as panels
 from runs.models import Event
 from runs.permissions import tenant_admin_required
 from toolcalls import selectors
@@ -58,8 +59,16 @@ def audit_export(request: HttpRequest) -> HttpResponse:
 @require_GET
 @tenant_admin_required
 def dashboard(request: HttpRequest) -> HttpResponse:
-    tenant = request.user.tenant
-    context = {"figures": metrics.collect(tenant=tenant)[tenant.slug], "now": timezone.now()}
+    tenant, now = request.user.tenant, timezone.now()
+    figures = metrics.collect(tenant=tenant, now=now)[tenant.slug]
+    dwell = figures.unknown_dwell
+    context = {
+        "figures": figures,
+        "now": now,
+        "approval_ages": panels.approvals_by_age(tenant=tenant, now=now),
+        "unknown_dwell": panels.dwell_buckets(dwell.cumulative, dwell.bounds, dwell.count),
+        "trend": panels.trend(tenant=tenant, now=now),
+    }
     template = "runs/dashboard.html#figures" if request.htmx else "runs/dashboard.html"
     return render(request, template, context)
 
