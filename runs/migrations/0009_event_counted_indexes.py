@@ -4,18 +4,37 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('runs', '0008_event_audit_indexes'),
+        ("runs", "0008_event_audit_indexes"),
     ]
 
     operations = [
         migrations.AddIndex(
-            model_name='event',
-            index=models.Index(condition=models.Q(('event_type__in', ('tool_call.proposed', 'tool_call.dispatching', 'tool_call.result_unknown', 'tool_call.stale_result_refused', 'approval.approved', 'approval.rejected'))), fields=['tenant', 'event_type', 'occurred_at'], name='event_counted'),
+            model_name="event",
+            index=models.Index(
+                condition=models.Q(
+                    (
+                        "event_type__in",
+                        (
+                            "tool_call.proposed",
+                            "tool_call.dispatching",
+                            "tool_call.result_unknown",
+                            "tool_call.stale_result_refused",
+                            "approval.approved",
+                            "approval.rejected",
+                        ),
+                    )
+                ),
+                fields=["tenant", "event_type", "occurred_at"],
+                name="event_counted",
+            ),
         ),
         migrations.AddIndex(
-            model_name='event',
-            index=models.Index(condition=models.Q(('event_type', 'tool_call.result_unknown')), fields=['tool_call_id', 'occurred_at'], name='event_entered_unknown'),
+            model_name="event",
+            index=models.Index(
+                condition=models.Q(("event_type", "tool_call.result_unknown")),
+                fields=["tool_call_id", "occurred_at"],
+                name="event_entered_unknown",
+            ),
         ),
     ]

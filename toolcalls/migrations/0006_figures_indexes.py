@@ -5,20 +5,26 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('runs', '0009_event_counted_indexes'),
-        ('toolcalls', '0005_webhooks'),
+        ("runs", "0009_event_counted_indexes"),
+        ("toolcalls", "0005_webhooks"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.AddIndex(
-            model_name='receipt',
-            index=models.Index(condition=models.Q(('status', 'already_exists')), fields=['tool_call'], name='receipt_replayed'),
+            model_name="receipt",
+            index=models.Index(
+                condition=models.Q(("status", "already_exists")),
+                fields=["tool_call"],
+                name="receipt_replayed",
+            ),
         ),
         migrations.AddIndex(
-            model_name='toolcall',
-            index=models.Index(fields=['tenant', 'execution_status', 'verification_status', 'fencing_token'], name='toolcall_figures'),
+            model_name="toolcall",
+            index=models.Index(
+                fields=["tenant", "execution_status", "verification_status", "fencing_token"],
+                name="toolcall_figures",
+            ),
         ),
     ]

@@ -72,6 +72,7 @@ class Command(BaseCommand):
             "CELERY_BROKER_URL": "memory://localhost/",
             "DATABASE_STATEMENT_TIMEOUT": "0",
             "LOG_LEVEL": "WARNING",
+            "DJANGO_ALLOWED_HOSTS": "testserver",  # the in-process test client's host
         }
         self._run(["migrate", "--noinput", "-v", "0"], env)
         runs = _count_runs(target)
