@@ -120,7 +120,7 @@ def trend(*, tenant: Tenant, now: datetime) -> Trend:
         Event.objects.filter(tenant=tenant, event_type__in=labels.keys(), occurred_at__gte=hours[0])
         .annotate(hour=TruncHour("occurred_at"))
         .values_list("event_type", "hour")
-        .annotate(n=Count("pk"))
+        .annotate(n=Count("*"))
         .order_by()
     )
     for event_type, hour, n in rows:

@@ -206,7 +206,7 @@ def _calls_by_status(
     token counts its attempts without reading the attempts."""
     rows = calls.values_list(
         "tenant_id", "execution_status", "verification_status", "fencing_token"
-    ).annotate(n=Count("pk"))
+    ).annotate(n=Count("*"))
     for tenant_id, execution, verification, attempts, n in rows:
         tenant_figures = figures[slugs[tenant_id]]
         tenant_figures.calls_by_execution[execution] += n
@@ -271,7 +271,9 @@ def _duplicate_effects(events: QuerySet[Event]) -> QuerySet:
 
 def _approval_latency(events: QuerySet[Event], figures: dict[str, TenantFigures]) -> None:
     """Seconds from an approval's creation to the event that decided it, bucketed in SQL."""
-    requested = Approval.objects.filter(pk=OuterRef("approval_id")).values("created_at")[:1]
+    requested = (
+        Approval.objects.filter(pk=OuterRef("approval_id")).order_by().values("created_at")[:1]
+    )
     decided = (
         events.filter(event_type__in=("approval.approved", "approval.rejected"))
         .exclude(approval_id="")
@@ -282,10 +284,10 @@ def _approval_latency(events: QuerySet[Event], figures: dict[str, TenantFigures]
         )
     )
     buckets = {
-        f"le_{i}": Count("pk", filter=Q(latency__lte=timedelta(seconds=bound)))
+        f"le_{i}": Count("occurred_at", filter=Q(latency__lte=timedelta(seconds=bound)))
         for i, bound in enumerate(APPROVAL_LATENCY_BUCKETS)
     }
-    rows = decided.values("tenant__slug").annotate(n=Count("pk"), total=Sum("latency"), **buckets)
+    rows = decided.values("tenant__slug").annotate(n=Count("*"), total=Sum("latency"), **buckets)
     for row in rows:
         histogram = figures[row["tenant__slug"]].approval_latency
         histogram.count = row["n"]

@@ -269,6 +269,8 @@ class Event(models.Model):
             # index, so the other events cost it nothing.
             models.Index(
                 fields=["tenant", "event_type", "occurred_at"],
+                # Approval latency joins on it: with it here, an index-only scan.
+                include=["approval_id"],
                 condition=models.Q(event_type__in=COUNTED_EVENT_TYPES),
                 name="event_counted",
             ),

@@ -26,6 +26,7 @@ class Migration(migrations.Migration):
                     )
                 ),
                 fields=["tenant", "event_type", "occurred_at"],
+                include=["approval_id"],
                 name="event_counted",
             ),
         ),
