@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, time
 from typing import Any
 
@@ -160,8 +160,16 @@ def event_record(event: Event) -> dict[str, Any]:
     return record
 
 
-def audit_jsonl(events: QuerySet[Event]) -> Iterator[str]:
-    """One JSON object per line. `iterator()` reads through a server-side cursor on
-    PostgreSQL, so an export of millions of events never sits in memory."""
-    for event in events.iterator(chunk_size=EXPORT_CHUNK_SIZE):
-        yield json.dumps(event_record(event), ensure_ascii=False, separators=(",", ":")) + "\n"
+def audit_jsonl(*, tenant: Tenant, query: AuditQuery) -> Iterator[str]:
+    """One JSON object per line, read a chunk at a time with the page's keyset cursor: memory
+    stays constant, the first line comes after one short query, and no transaction or cursor
+    stays open while the client reads. (A server-side cursor outside a transaction is WITH
+    HOLD, and PostgreSQL computes all of it before the first row.)"""
+    while True:
+        chunk = list(audit_events(tenant=tenant, query=query)[:EXPORT_CHUNK_SIZE])
+        for event in chunk:
+            yield json.dumps(event_record(event), ensure_ascii=False, separators=(",", ":")) + "\n"
+        if len(chunk) < EXPORT_CHUNK_SIZE:
+            return
+        last = chunk[-1]
+        query = replace(query, before=(last.occurred_at, last.run_id, last.seq))

@@ -13,6 +13,7 @@ from django.test import Client
 from django.utils import timezone
 
 from approvals.models import Approval
+from console import audit
 from console.audit import AuditQuery, audit_events, audit_query_from
 from runs import events
 from runs import services as run_services
@@ -318,3 +319,17 @@ def test_the_export_leaves_other_tenants_out(
 def test_an_export_it_cannot_read_is_a_bad_request(admin_user: User) -> None:
     response = logged_in(admin_user).get("/audit/export/", {"from": "yesterday-ish"})
     assert response.status_code == 400
+
+
+def test_the_export_reads_chunk_after_chunk_without_losing_or_repeating_one(
+    tenant: Tenant, admin_user: User, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(audit, "EXPORT_CHUNK_SIZE", 7)
+    run, _ = run_services.run_start(tenant=tenant, title="busy", actor=AGENT)
+    for n in range(20):
+        run_services.decision_record(
+            tenant=tenant, run_id=run.pk, kind=f"step-{n}", content={}, actor=AGENT
+        )
+    response = logged_in(admin_user).get("/audit/export/", {"q": run.pk})
+    lines = [json.loads(line) for line in b"".join(response.streaming_content).splitlines()]
+    assert [line["seq"] for line in lines] == list(range(21, 0, -1))

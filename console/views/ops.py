@@ -48,8 +48,8 @@ def audit_export(request: HttpRequest) -> HttpResponse:
     if errors:
         return HttpResponseBadRequest(" ".join(errors.values()), content_type="text/plain")
     tenant = request.user.tenant
-    events = audit.audit_events(tenant=tenant, query=query)
-    response = StreamingHttpResponse(audit.audit_jsonl(events), content_type="application/x-ndjson")
+    lines = audit.audit_jsonl(tenant=tenant, query=query)
+    response = StreamingHttpResponse(lines, content_type="application/x-ndjson")
     stamp = timezone.now().strftime("%Y%m%dT%H%M%SZ")
     response["Content-Disposition"] = f'attachment; filename="audit-{tenant.slug}-{stamp}.jsonl"'
     return response

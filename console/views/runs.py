@@ -22,7 +22,7 @@ from toolcalls.selectors import run_tool_calls
 RUNS_PER_PAGE = 50
 # Events of the timeline on one page: a long run's page shows its latest, with a link to the
 # ones before.
-TIMELINE_WINDOW = 100
+TIMELINE_WINDOW = 50
 
 
 @tenant_member_required
