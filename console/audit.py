@@ -33,8 +33,9 @@ PAYLOAD_ID_KEYS = ("attempt_id", "receipt_id", "external_id")
 # What an actor names before its colon (runs/models.py, Event.actor).
 ACTOR_KINDS = ("USER", "API_KEY", "SYSTEM")
 
-# Rows a server-side cursor fetches at a time while an export streams.
+# Rows an export reads at a time (its first read is smaller).
 EXPORT_CHUNK_SIZE = 2000
+EXPORT_FIRST_CHUNK = 50
 
 
 @dataclass(frozen=True)
@@ -165,11 +166,14 @@ def audit_jsonl(*, tenant: Tenant, query: AuditQuery) -> Iterator[str]:
     stays constant, the first line comes after one short query, and no transaction or cursor
     stays open while the client reads. (A server-side cursor outside a transaction is WITH
     HOLD, and PostgreSQL computes all of it before the first row.)"""
+    # A small first chunk, so the first line leaves soon; then bigger ones, fewer queries.
+    size = min(EXPORT_FIRST_CHUNK, EXPORT_CHUNK_SIZE)
     while True:
-        chunk = list(audit_events(tenant=tenant, query=query)[:EXPORT_CHUNK_SIZE])
+        chunk = list(audit_events(tenant=tenant, query=query)[:size])
         for event in chunk:
             yield json.dumps(event_record(event), ensure_ascii=False, separators=(",", ":")) + "\n"
-        if len(chunk) < EXPORT_CHUNK_SIZE:
+        if len(chunk) < size:
             return
+        size = min(size * 4, EXPORT_CHUNK_SIZE)
         last = chunk[-1]
         query = replace(query, before=(last.occurred_at, last.run_id, last.seq))
