@@ -7,7 +7,6 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
     dependencies = [
         ("approvals", "0002_notification"),
-        ("runs", "0008_event_audit_indexes"),
         ("toolcalls", "0005_webhooks"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]

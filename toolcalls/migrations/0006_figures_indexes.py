@@ -6,7 +6,6 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("runs", "0009_event_counted_indexes"),
         ("toolcalls", "0005_webhooks"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
