@@ -60,9 +60,8 @@ class Command(BaseCommand):
             raise CommandError("bench_pages runs on PostgreSQL: set DATABASE_URL=postgres://…")
         name = options["database"]
         target = pgstats.with_database(url, name)
-        created = pgstats.ensure_database(url, name)
-        if created:
-            _comment(url, name)
+        if pgstats.database_comment(url, name) is None:
+            pgstats.create_marked_database(url, name, MARKER)
             self.stdout.write(f"Created the database {name}.")
         env = {
             **os.environ,
@@ -174,11 +173,6 @@ def _analyze() -> None:
     with connection.cursor() as cursor:
         # Fresh statistics and visibility maps, as autovacuum would leave them after a while.
         cursor.execute("VACUUM ANALYZE")
-
-
-def _comment(url: str, name: str) -> None:
-    with psycopg.connect(pgstats.admin_conninfo(url), autocommit=True) as conn:
-        conn.execute(f"COMMENT ON DATABASE \"{name}\" IS '{MARKER}'")
 
 
 def _count_runs(url: str) -> int:
