@@ -107,7 +107,11 @@ class Approval(FSMModelMixin, models.Model):
 
     class Meta:
         ordering = ["expires_at"]
-        indexes = [models.Index(fields=["tenant", "state", "expires_at"])]
+        indexes = [
+            models.Index(fields=["tenant", "state", "expires_at"]),
+            # The inbox's poll asks whether anything pending changed since it last looked.
+            models.Index(fields=["tenant", "state", "updated_at"], name="approval_changed"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.id} {self.state}"

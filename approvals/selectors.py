@@ -2,9 +2,23 @@
 
 from __future__ import annotations
 
-from django.db.models import Case, Count, IntegerField, Q, QuerySet, Value, When
+from dataclasses import dataclass
+from datetime import datetime
 
-from approvals.models import Approval
+from django.db.models import (
+    Case,
+    Count,
+    IntegerField,
+    Max,
+    OuterRef,
+    QuerySet,
+    Subquery,
+    Value,
+    When,
+)
+from django.db.models.functions import Coalesce
+
+from approvals.models import Approval, ApprovalDecision
 from runs.errors import not_found
 from runs.models import Event, Tenant, User
 
@@ -17,17 +31,44 @@ RISK_ORDER = Case(
 
 
 def inbox(*, tenant: Tenant) -> QuerySet[Approval]:
-    """Pending approvals, the soonest to expire first, riskier first among equals."""
+    """Pending approvals, the soonest to expire first, riskier first among equals. Pages of it
+    are read with LIMIT: the order starts with the index (tenant, state, expires_at), and the
+    count of approvals so far is a subquery per row shown, not an aggregate over them all."""
+    approved = (
+        ApprovalDecision.objects.filter(approval=OuterRef("pk"))
+        .exclude(decision=ApprovalDecision.Kind.REJECT)
+        .order_by()
+        .values("approval")
+        .annotate(n=Count("pk"))
+        .values("n")
+    )
     return (
         Approval.objects.filter(tenant=tenant, state=Approval.State.PENDING)
-        .select_related("tool_call", "run")
-        .annotate(
-            risk_rank=RISK_ORDER,
-            # One query for the list, not one per row.
-            approved_count=Count("decisions", filter=~Q(decisions__decision="reject")),
-        )
+        .select_related("run")
+        .annotate(risk_rank=RISK_ORDER, approved_count=Coalesce(Subquery(approved), 0))
         .order_by("expires_at", "risk_rank", "id")
     )
+
+
+@dataclass(frozen=True)
+class InboxState:
+    """What changes whenever the inbox does: an approval arrives or leaves (the count), or
+    one is decided in part or changed (its updated_at)."""
+
+    count: int
+    latest: datetime | None
+
+    def token(self, now: datetime) -> str:
+        # The minute too: "time left" on the page moves with the clock.
+        latest = self.latest.timestamp() if self.latest else 0
+        return f"{self.count}-{latest:.6f}-{now:%Y%m%d%H%M}"
+
+
+def inbox_state(*, tenant: Tenant) -> InboxState:
+    figures = Approval.objects.filter(tenant=tenant, state=Approval.State.PENDING).aggregate(
+        count=Count("pk"), latest=Max("updated_at")
+    )
+    return InboxState(figures["count"], figures["latest"])
 
 
 def next_for(*, user: User, after: Approval) -> Approval | None:

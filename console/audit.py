@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, time
 from typing import Any
 
-from django.db.models import Q, QuerySet
+from django.db.models import BooleanField, Q, QuerySet
+from django.db.models.expressions import RawSQL
+from django.db.models.functions import Upper
 from django.utils import timezone
 
 from runs.models import Event, Tenant
@@ -28,9 +30,12 @@ ID_FIELDS = (
     "turn_id",
 )
 PAYLOAD_ID_KEYS = ("attempt_id", "receipt_id", "external_id")
+# What an actor names before its colon (runs/models.py, Event.actor).
+ACTOR_KINDS = ("USER", "API_KEY", "SYSTEM")
 
-# Rows a server-side cursor fetches at a time while an export streams.
+# Rows an export reads at a time (its first read is smaller).
 EXPORT_CHUNK_SIZE = 2000
+EXPORT_FIRST_CHUNK = 50
 
 
 @dataclass(frozen=True)
@@ -40,6 +45,8 @@ class AuditQuery:
     event_type: str = ""
     occurred_from: datetime | None = None
     occurred_to: datetime | None = None
+    # Where this page starts: (occurred_at, run_id, seq) of the last event of the page before.
+    before: tuple[datetime, str, int] | None = None
 
 
 def parse_moment(text: str, *, end_of_day: bool = False) -> datetime:
@@ -71,7 +78,14 @@ def audit_query_from(params: Mapping[str, str]) -> tuple[AuditQuery, dict[str, s
                 f"“{text}” is not an ISO 8601 date or date-time, such as 2025-01-31 or "
                 "2025-01-31T09:30:00Z."
             )
+    before = None
+    if text := params.get("before", "").strip():
+        try:
+            before = parse_cursor(text)
+        except ValueError:
+            errors["before"] = "This page link is damaged: start again from the newest events."
     query = AuditQuery(
+        before=before,
         any_id=params.get("q", "").strip(),
         person=params.get("person", "").strip(),
         event_type=params.get("type", "").strip(),
@@ -93,10 +107,11 @@ def audit_events(*, tenant: Tenant, query: AuditQuery) -> QuerySet[Event]:
         events = events.filter(matches)
     if query.person:
         # "alice" finds "user:alice", "key_…" finds "api_key:key_…"; a whole actor finds itself.
-        # Never a part of a name: "ali" must not find alice.
-        events = events.filter(
-            Q(actor__iexact=query.person) | Q(actor__iendswith=f":{query.person}")
-        )
+        # Never a part of a name: "ali" must not find alice. Whole actors only, so that the
+        # index on (tenant, UPPER(actor), occurred_at) answers it.
+        person = query.person.upper()
+        actors = [person, *(f"{kind}:{person}" for kind in ACTOR_KINDS)]
+        events = events.alias(actor_upper=Upper("actor")).filter(actor_upper__in=actors)
     if query.event_type:
         # "approval." and "approval" both mean every approval.* type.
         prefix = query.event_type.rstrip(".*") + "."
@@ -105,7 +120,32 @@ def audit_events(*, tenant: Tenant, query: AuditQuery) -> QuerySet[Event]:
         events = events.filter(occurred_at__gte=query.occurred_from)
     if query.occurred_to:
         events = events.filter(occurred_at__lte=query.occurred_to)
+    if query.before is not None:
+        # Keyset paging: the rows after the last one shown, in the order of the index
+        # (tenant, occurred_at, run, seq); no OFFSET to skip and no COUNT(*) per page.
+        events = events.filter(
+            RawSQL(
+                '("runs_event"."occurred_at", "runs_event"."run_id", "runs_event"."seq") '
+                "< (%s, %s, %s)",
+                query.before,
+                output_field=BooleanField(),
+            )
+        )
     return events.order_by("-occurred_at", "-run_id", "-seq")
+
+
+def cursor_of(event: Event) -> str:
+    """Where the next (older) page starts: after this event, in the audit's order."""
+    return f"{_iso(event.occurred_at)}~{event.run_id}~{event.seq}"
+
+
+def parse_cursor(text: str) -> tuple[datetime, str, int]:
+    """The cursor `cursor_of` wrote; ValueError for anything else."""
+    moment, run_id, seq = text.split("~")
+    occurred = datetime.fromisoformat(moment)
+    if timezone.is_naive(occurred) or not run_id.startswith("run_"):
+        raise ValueError(text)
+    return occurred, run_id, int(seq)
 
 
 def _iso(moment: datetime) -> str:
@@ -121,8 +161,19 @@ def event_record(event: Event) -> dict[str, Any]:
     return record
 
 
-def audit_jsonl(events: QuerySet[Event]) -> Iterator[str]:
-    """One JSON object per line. `iterator()` reads through a server-side cursor on
-    PostgreSQL, so an export of millions of events never sits in memory."""
-    for event in events.iterator(chunk_size=EXPORT_CHUNK_SIZE):
-        yield json.dumps(event_record(event), ensure_ascii=False, separators=(",", ":")) + "\n"
+def audit_jsonl(*, tenant: Tenant, query: AuditQuery) -> Iterator[str]:
+    """One JSON object per line, read a chunk at a time with the page's keyset cursor: memory
+    stays constant, the first line comes after one short query, and no transaction or cursor
+    stays open while the client reads. (A server-side cursor outside a transaction is WITH
+    HOLD, and PostgreSQL computes all of it before the first row.)"""
+    # A small first chunk, so the first line leaves soon; then bigger ones, fewer queries.
+    size = min(EXPORT_FIRST_CHUNK, EXPORT_CHUNK_SIZE)
+    while True:
+        chunk = list(audit_events(tenant=tenant, query=query)[:size])
+        for event in chunk:
+            yield json.dumps(event_record(event), ensure_ascii=False, separators=(",", ":")) + "\n"
+        if len(chunk) < size:
+            return
+        size = min(size * 4, EXPORT_CHUNK_SIZE)
+        last = chunk[-1]
+        query = replace(query, before=(last.occurred_at, last.run_id, last.seq))

@@ -47,6 +47,8 @@ def desk_items(*, tenant: Tenant) -> list[dict[str, Any]]:
             | Q(execution_status=E.DISPATCHING, lease_expires_at__lt=now)
         )
         .select_related("run", "desk_owner")
+        # The list shows none of these, and during an outage it reads thousands of rows.
+        .defer("args", "result", "last_error_message", "run__metadata")
         .annotate(
             unknown_since=_entered("tool_call.result_unknown"),
             human_since=_entered("tool_call.needs_human"),

@@ -31,11 +31,13 @@ from django.utils import timezone
 
 from approvals.models import Approval
 from runs.models import Event, Run, Tenant
-from toolcalls.models import Attempt, CircuitBreaker, E, Execution, Receipt, ToolCall, Verification
+from toolcalls.models import CircuitBreaker, E, Execution, Receipt, ToolCall, Verification
 
 # People decide in seconds to hours; beyond a day an approval has usually expired.
 APPROVAL_LATENCY_BUCKETS = (10, 30, 60, 300, 900, 1800, 3600, 4 * 3600, 24 * 3600)
 ATTEMPTS_BUCKETS = (1, 2, 3, 5, 10)
+# A look-up settles most unknowns in seconds; hours mean a person should look.
+UNKNOWN_DWELL_BUCKETS = (60, 300, 900, 3600, 4 * 3600, 24 * 3600)
 BREAKER_STATE_VALUES = {
     CircuitBreaker.State.CLOSED: 0,
     CircuitBreaker.State.HALF_OPEN: 1,
@@ -125,6 +127,10 @@ class TenantFigures:
         default_factory=lambda: Histogram(APPROVAL_LATENCY_BUCKETS, in_seconds=True)
     )
     attempts_per_call: Histogram = field(default_factory=lambda: Histogram(ATTEMPTS_BUCKETS))
+    # Calls still in result_unknown, by how long they have been there.
+    unknown_dwell: Histogram = field(
+        default_factory=lambda: Histogram(UNKNOWN_DWELL_BUCKETS, in_seconds=True)
+    )
     breakers: dict[str, str] = field(default_factory=dict)  # capability -> state
 
     @property
@@ -161,31 +167,10 @@ def collect(*, tenant: Tenant | None, now: datetime | None = None) -> dict[str, 
     figures = {slug: TenantFigures(slug) for slug in tenants.values_list("slug", flat=True)}
     calls = _scoped(ToolCall.objects.order_by(), tenant)
     events = _scoped(Event.objects.order_by(), tenant)
+    slugs = dict(tenants.values_list("pk", "slug"))
 
-    for slug, status, n in calls.values_list("tenant__slug", "execution_status").annotate(
-        n=Count("pk")
-    ):
-        figures[slug].calls_by_execution[status] = n
-    for slug, status, n in calls.values_list("tenant__slug", "verification_status").annotate(
-        n=Count("pk")
-    ):
-        figures[slug].calls_by_verification[status] = n
-
-    # A call enters result_unknown by a tool_call.result_unknown event (a lost answer or an
-    # expired lease); the latest one counts if it went round more than once.
-    entered = (
-        Event.objects.filter(tool_call_id=OuterRef("pk"), event_type="tool_call.result_unknown")
-        .order_by("-occurred_at")
-        .values("occurred_at")[:1]
-    )
-    unknown = (
-        calls.filter(execution_status=E.RESULT_UNKNOWN)
-        .annotate(entered=Coalesce(Subquery(entered), "updated_at"))
-        .values_list("tenant__slug")
-        .annotate(oldest=Min("entered"))
-    )
-    for slug, oldest in unknown:
-        figures[slug].oldest_unknown_seconds = max(0.0, (now - oldest).total_seconds())
+    _calls_by_status(calls, slugs, figures)
+    _unknown_dwell(calls, slugs, figures, now)
 
     expired = calls.filter(execution_status=E.DISPATCHING, lease_expires_at__lt=now)
     for slug, n in expired.values_list("tenant__slug").annotate(n=Count("pk")):
@@ -209,8 +194,63 @@ def collect(*, tenant: Tenant | None, now: datetime | None = None) -> dict[str, 
         figures[slug].breakers[capability] = state
 
     _approval_latency(events, figures)
-    _attempts_per_call(calls, figures)
     return figures
+
+
+def _calls_by_status(
+    calls: QuerySet[ToolCall], slugs: dict[int, str], figures: dict[str, TenantFigures]
+) -> None:
+    """Calls by execution and by verification status, and attempts per call sent at least
+    once, from one scan of the index (tenant, execution, verification, fencing token): each
+    claim is one attempt and one fencing token (toolcalls/dispatch.py, `_take`), so a call's
+    token counts its attempts without reading the attempts."""
+    rows = calls.values_list(
+        "tenant_id", "execution_status", "verification_status", "fencing_token"
+    ).annotate(n=Count("*"))
+    for tenant_id, execution, verification, attempts, n in rows:
+        tenant_figures = figures[slugs[tenant_id]]
+        tenant_figures.calls_by_execution[execution] += n
+        tenant_figures.calls_by_verification[verification] += n
+        if attempts:
+            histogram = tenant_figures.attempts_per_call
+            histogram.count += n
+            histogram.total += attempts * n
+            for i, bound in enumerate(histogram.bounds):
+                if attempts <= bound:
+                    histogram.cumulative[i] += n
+
+
+def _unknown_dwell(
+    calls: QuerySet[ToolCall],
+    slugs: dict[int, str],
+    figures: dict[str, TenantFigures],
+    now: datetime,
+) -> None:
+    """How long each call still in result_unknown has been there, bucketed in SQL. A call
+    enters it by a tool_call.result_unknown event (a lost answer or an expired lease); the
+    latest counts if it went round more than once. One probe per unknown call into a partial
+    index that holds only those events."""
+    entered = (
+        Event.objects.filter(tool_call_id=OuterRef("pk"), event_type="tool_call.result_unknown")
+        .order_by("-occurred_at")
+        .values("occurred_at")[:1]
+    )
+    buckets = {
+        f"le_{i}": Count("pk", filter=Q(entered__gte=now - timedelta(seconds=bound)))
+        for i, bound in enumerate(UNKNOWN_DWELL_BUCKETS)
+    }
+    rows = (
+        calls.filter(execution_status=E.RESULT_UNKNOWN)
+        .annotate(entered=Coalesce(Subquery(entered), "updated_at"))
+        .values("tenant_id")
+        .annotate(oldest=Min("entered"), n=Count("pk"), **buckets)
+    )
+    for row in rows:
+        tenant_figures = figures[slugs[row["tenant_id"]]]
+        tenant_figures.oldest_unknown_seconds = max(0.0, (now - row["oldest"]).total_seconds())
+        histogram = tenant_figures.unknown_dwell
+        histogram.count = row["n"]
+        histogram.cumulative = [row[f"le_{i}"] for i in range(len(histogram.bounds))]
 
 
 def _duplicate_effects(events: QuerySet[Event]) -> QuerySet:
@@ -231,7 +271,9 @@ def _duplicate_effects(events: QuerySet[Event]) -> QuerySet:
 
 def _approval_latency(events: QuerySet[Event], figures: dict[str, TenantFigures]) -> None:
     """Seconds from an approval's creation to the event that decided it, bucketed in SQL."""
-    requested = Approval.objects.filter(pk=OuterRef("approval_id")).values("created_at")[:1]
+    requested = (
+        Approval.objects.filter(pk=OuterRef("approval_id")).order_by().values("created_at")[:1]
+    )
     decided = (
         events.filter(event_type__in=("approval.approved", "approval.rejected"))
         .exclude(approval_id="")
@@ -242,37 +284,14 @@ def _approval_latency(events: QuerySet[Event], figures: dict[str, TenantFigures]
         )
     )
     buckets = {
-        f"le_{i}": Count("pk", filter=Q(latency__lte=timedelta(seconds=bound)))
+        f"le_{i}": Count("occurred_at", filter=Q(latency__lte=timedelta(seconds=bound)))
         for i, bound in enumerate(APPROVAL_LATENCY_BUCKETS)
     }
-    rows = decided.values("tenant__slug").annotate(n=Count("pk"), total=Sum("latency"), **buckets)
+    rows = decided.values("tenant__slug").annotate(n=Count("*"), total=Sum("latency"), **buckets)
     for row in rows:
         histogram = figures[row["tenant__slug"]].approval_latency
         histogram.count = row["n"]
         histogram.total = row["total"].total_seconds() if row["total"] else 0.0
-        histogram.cumulative = [row[f"le_{i}"] for i in range(len(histogram.bounds))]
-
-
-def _attempts_per_call(calls: QuerySet[ToolCall], figures: dict[str, TenantFigures]) -> None:
-    """Attempts of each call that was sent at least once (a call still awaiting approval has
-    none, and would only drag the figure towards zero)."""
-    attempts = (
-        Attempt.objects.filter(tool_call=OuterRef("pk"))
-        .order_by()
-        .values("tool_call")
-        .annotate(n=Count("pk"))
-        .values("n")
-    )
-    tried = calls.annotate(sent=Subquery(attempts)).filter(sent__gt=0)
-    buckets = {
-        f"le_{i}": Count("pk", filter=Q(sent__lte=bound))
-        for i, bound in enumerate(ATTEMPTS_BUCKETS)
-    }
-    rows = tried.values("tenant__slug").annotate(n=Count("pk"), total=Sum("sent"), **buckets)
-    for row in rows:
-        histogram = figures[row["tenant__slug"]].attempts_per_call
-        histogram.count = row["n"]
-        histogram.total = float(row["total"] or 0)
         histogram.cumulative = [row[f"le_{i}"] for i in range(len(histogram.bounds))]
 
 

@@ -6,6 +6,8 @@ from functools import partial
 
 from django.contrib.auth.models import AbstractUser
 from django.db import models
+from django.db.models import F
+from django.db.models.functions import Upper
 from django.utils import timezone
 from django_fsm import FSMField, FSMModelMixin, transition
 
@@ -201,6 +203,17 @@ class Decision(models.Model):
         return f"{self.id} {self.kind} v{self.version}"
 
 
+# Event types the dashboard and /metrics count (console/metrics.py, console/dashboard.py).
+COUNTED_EVENT_TYPES = (
+    "tool_call.proposed",
+    "tool_call.dispatching",
+    "tool_call.result_unknown",
+    "tool_call.stale_result_refused",
+    "approval.approved",
+    "approval.rejected",
+)
+
+
 class Event(models.Model):
     """One typed runtime fact. Append-only: PostgreSQL refuses UPDATE, DELETE and TRUNCATE
     (migration 0002). Each event carries the hash of the run's previous event."""
@@ -248,6 +261,25 @@ class Event(models.Model):
             models.Index(fields=["decision_id"], name="event_decision"),
             models.Index(fields=["approval_id"], name="event_approval"),
             models.Index(fields=["correlation_id"], name="event_correlation"),
+            # The audit trail, newest first, one page at a time (its keyset cursor is these
+            # columns), and a person's events: actors are matched whole, in any case.
+            models.Index(fields=["tenant", "occurred_at", "run", "seq"], name="event_audit"),
+            models.Index(F("tenant"), Upper("actor"), F("occurred_at"), name="event_actor"),
+            # The few types the dashboard and /metrics count, by hour and in all: a partial
+            # index, so the other events cost it nothing.
+            models.Index(
+                fields=["tenant", "event_type", "occurred_at"],
+                # Approval latency joins on it: with it here, an index-only scan.
+                include=["approval_id"],
+                condition=models.Q(event_type__in=COUNTED_EVENT_TYPES),
+                name="event_counted",
+            ),
+            # When a call entered result_unknown, for the dwell of the unknowns.
+            models.Index(
+                fields=["tool_call_id", "occurred_at"],
+                condition=models.Q(event_type="tool_call.result_unknown"),
+                name="event_entered_unknown",
+            ),
         ]
 
     def __str__(self) -> str:

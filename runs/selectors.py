@@ -40,6 +40,15 @@ def run_events(*, run: Run) -> QuerySet[Event]:
     return Event.objects.filter(run=run).order_by("seq")
 
 
+def run_events_window(*, run: Run, size: int, before: int | None = None) -> list[Event]:
+    """The run's latest `size` events before sequence number `before` (all: None), oldest
+    first: one range of the (run, seq) index, however long the run."""
+    events = Event.objects.filter(run=run)
+    if before is not None:
+        events = events.filter(seq__lt=before)
+    return list(reversed(events.order_by("-seq")[:size]))
+
+
 def run_decisions(*, run: Run) -> QuerySet[Decision]:
     return Decision.objects.filter(run=run).order_by("id")
 

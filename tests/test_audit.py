@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from urllib.parse import quote
 
 import pytest
 from django.db import transaction
@@ -12,6 +13,7 @@ from django.test import Client
 from django.utils import timezone
 
 from approvals.models import Approval
+from console import audit
 from console.audit import AuditQuery, audit_events, audit_query_from
 from runs import events
 from runs import services as run_services
@@ -232,12 +234,22 @@ def test_the_page_shows_100_events_at_a_time(tenant: Tenant, admin_user: User) -
         )
     client = logged_in(admin_user)
     first = client.get("/audit/", {"q": run.pk})
-    assert len(first.context["page"].object_list) == 100
-    assert "page=2" in first.content.decode()
-    second = client.get("/audit/", {"q": run.pk, "page": 2})
-    assert len(second.context["page"].object_list) == 21
-    seen = {e.pk for e in first.context["page"]} | {e.pk for e in second.context["page"]}
+    assert len(first.context["events"]) == 100
+    older = first.context["older"]
+    assert f"before={quote(older)}" in first.content.decode()
+    second = client.get("/audit/", {"q": run.pk, "before": older})
+    assert len(second.context["events"]) == 21
+    assert second.context["older"] == ""
+    assert "Newest" in second.content.decode()
+    seen = {e.pk for e in first.context["events"]} | {e.pk for e in second.context["events"]}
     assert len(seen) == 121
+
+
+def test_a_damaged_page_link_shows_nothing_and_says_so(admin_user: User) -> None:
+    response = logged_in(admin_user).get("/audit/", {"before": "yesterday~run_x~1"})
+    assert response.status_code == 200
+    assert response.context["events"] == []
+    assert "This page link is damaged" in response.content.decode()
 
 
 def test_the_page_says_what_it_cannot_read(admin_user: User) -> None:
@@ -307,3 +319,17 @@ def test_the_export_leaves_other_tenants_out(
 def test_an_export_it_cannot_read_is_a_bad_request(admin_user: User) -> None:
     response = logged_in(admin_user).get("/audit/export/", {"from": "yesterday-ish"})
     assert response.status_code == 400
+
+
+def test_the_export_reads_chunk_after_chunk_without_losing_or_repeating_one(
+    tenant: Tenant, admin_user: User, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(audit, "EXPORT_CHUNK_SIZE", 7)
+    run, _ = run_services.run_start(tenant=tenant, title="busy", actor=AGENT)
+    for n in range(20):
+        run_services.decision_record(
+            tenant=tenant, run_id=run.pk, kind=f"step-{n}", content={}, actor=AGENT
+        )
+    response = logged_in(admin_user).get("/audit/export/", {"q": run.pk})
+    lines = [json.loads(line) for line in b"".join(response.streaming_content).splitlines()]
+    assert [line["seq"] for line in lines] == list(range(21, 0, -1))

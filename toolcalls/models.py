@@ -134,6 +134,12 @@ class ToolCall(FSMModelMixin, models.Model):
             models.Index(fields=["run", "execution_status"]),
             # The other calls on one object: one writer, and what is still refundable.
             models.Index(fields=["tenant", "object_ref"]),
+            # The dashboard and /metrics count calls by status and attempts (fencing token) in
+            # one scan of this index, not of the table.
+            models.Index(
+                fields=["tenant", "execution_status", "verification_status", "fencing_token"],
+                name="toolcall_figures",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -422,6 +428,14 @@ class Receipt(models.Model):
 
     class Meta:
         ordering = ["id"]
+        indexes = [
+            # Deduplicated resends, counted by /metrics: few rows, so a small partial index.
+            models.Index(
+                fields=["tool_call"],
+                condition=models.Q(status="already_exists"),
+                name="receipt_replayed",
+            )
+        ]
 
     def __str__(self) -> str:
         return f"{self.external_id} ({self.status}, {self.source})"

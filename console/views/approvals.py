@@ -25,12 +25,40 @@ from runs.permissions import tenant_member_required
 from toolcalls import capabilities, gate
 from toolcalls.checks import edit_value, invalid
 
+INBOX_PAGE_SIZE = 50
+
 
 @tenant_member_required
 def inbox(request: HttpRequest) -> HttpResponse:
-    approvals = selectors.inbox(tenant=request.user.tenant)
-    template = "approvals/inbox.html#inbox-rows" if request.htmx else "approvals/inbox.html"
-    return render(request, template, {"approvals": approvals, "now": timezone.now()})
+    tenant, now = request.user.tenant, timezone.now()
+    page = _page_number(request.GET.get("page", ""))
+    # Every open tab polls this every 2 s: when nothing pending changed, one small query
+    # answers and htmx swaps nothing (204).
+    seen = selectors.inbox_state(tenant=tenant).token(now)
+    if request.htmx and request.GET.get("seen") == seen:
+        return HttpResponse(status=204)
+    offset = (page - 1) * INBOX_PAGE_SIZE
+    # One row more than a page says whether a next page exists, without counting.
+    rows = list(selectors.inbox(tenant=tenant)[offset : offset + INBOX_PAGE_SIZE + 1])
+    context = {
+        "approvals": rows[:INBOX_PAGE_SIZE],
+        "now": now,
+        "seen": seen,
+        "page": page,
+        "page_size": INBOX_PAGE_SIZE,
+        "first_number": offset + 1,
+        "last_number": offset + len(rows[:INBOX_PAGE_SIZE]),
+        "next_page": page + 1 if len(rows) > INBOX_PAGE_SIZE else None,
+        "previous_page": page - 1 if page > 1 else None,
+        "total": int(seen.split("-", 1)[0]),
+    }
+    template = "approvals/inbox.html#inbox" if request.htmx else "approvals/inbox.html"
+    return render(request, template, context)
+
+
+def _page_number(text: str) -> int:
+    # A page it cannot read is the first page: it's navigation, not a command.
+    return int(text) if text.isdigit() and 0 < int(text) < 10_000 else 1
 
 
 def _page_context(request: HttpRequest, approval: Approval, **extra: Any) -> dict[str, Any]:

@@ -8,7 +8,6 @@ import hmac
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied
-from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, StreamingHttpResponse
 from django.shortcuts import render
 from django.utils import timezone
@@ -16,6 +15,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
 from console import audit, metrics
+from console import dashboard as panels
 from runs.models import Event
 from runs.permissions import tenant_admin_required
 from toolcalls import selectors
@@ -33,8 +33,12 @@ def audit_search(request: HttpRequest) -> HttpResponse:
         if errors
         else audit.audit_events(tenant=request.user.tenant, query=query)
     )
-    page = Paginator(events, AUDIT_PAGE_SIZE).get_page(request.GET.get("page"))
-    return render(request, "runs/audit.html", {"page": page, "errors": errors})
+    # One row more than a page says whether there is an older page, without counting them all.
+    rows = list(events[: AUDIT_PAGE_SIZE + 1])
+    shown = rows[:AUDIT_PAGE_SIZE]
+    older = audit.cursor_of(shown[-1]) if len(rows) > AUDIT_PAGE_SIZE else ""
+    context = {"events": shown, "older": older, "errors": errors, "paged": bool(query.before)}
+    return render(request, "runs/audit.html", context)
 
 
 @require_GET
@@ -44,8 +48,8 @@ def audit_export(request: HttpRequest) -> HttpResponse:
     if errors:
         return HttpResponseBadRequest(" ".join(errors.values()), content_type="text/plain")
     tenant = request.user.tenant
-    events = audit.audit_events(tenant=tenant, query=query)
-    response = StreamingHttpResponse(audit.audit_jsonl(events), content_type="application/x-ndjson")
+    lines = audit.audit_jsonl(tenant=tenant, query=query)
+    response = StreamingHttpResponse(lines, content_type="application/x-ndjson")
     stamp = timezone.now().strftime("%Y%m%dT%H%M%SZ")
     response["Content-Disposition"] = f'attachment; filename="audit-{tenant.slug}-{stamp}.jsonl"'
     return response
@@ -55,8 +59,16 @@ def audit_export(request: HttpRequest) -> HttpResponse:
 @require_GET
 @tenant_admin_required
 def dashboard(request: HttpRequest) -> HttpResponse:
-    tenant = request.user.tenant
-    context = {"figures": metrics.collect(tenant=tenant)[tenant.slug], "now": timezone.now()}
+    tenant, now = request.user.tenant, timezone.now()
+    figures = metrics.collect(tenant=tenant, now=now)[tenant.slug]
+    dwell = figures.unknown_dwell
+    context = {
+        "figures": figures,
+        "now": now,
+        "approval_ages": panels.approvals_by_age(tenant=tenant, now=now),
+        "unknown_dwell": panels.dwell_buckets(dwell.cumulative, dwell.bounds, dwell.count),
+        "trend": panels.trend(tenant=tenant, now=now),
+    }
     template = "runs/dashboard.html#figures" if request.htmx else "runs/dashboard.html"
     return render(request, template, context)
 

@@ -20,6 +20,9 @@ from toolcalls.progress import progress
 from toolcalls.selectors import run_tool_calls
 
 RUNS_PER_PAGE = 50
+# Events of the timeline on one page: a long run's page shows its latest, with a link to the
+# ones before.
+TIMELINE_WINDOW = 50
 
 
 @tenant_member_required
@@ -53,8 +56,10 @@ def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
     # whether anything changed since the page last looked: if not, a poll costs one query
     # and no bytes (htmx swaps nothing on 204).
     last_seq = selectors.run_last_seq(run=run)
+    before = _before(request.GET.get("before", ""), last_seq)
     if request.htmx and request.GET.get("seen") == str(last_seq):
         return HttpResponse(status=204)
+    window = selectors.run_events_window(run=run, size=TIMELINE_WINDOW, before=before)
     tool_calls = list(run_tool_calls(run=run))
     contract = progress(run, tool_calls)
     context = {
@@ -62,7 +67,11 @@ def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
         "run": run,
         # Keep refreshing while anything can still change, even after the run closed.
         "live": run.is_open or not all(call.is_settled for call in tool_calls),
-        "timeline": run_page.grouped_timeline(list(selectors.run_events(run=run))),
+        "timeline": run_page.grouped_timeline(window),
+        # Sequence numbers run 1, 2, 3 … per run: the first shown says how many came before.
+        "earlier": window[0].seq - 1 if window else 0,
+        "before": before,
+        "shown": len(window),
         "decisions": selectors.run_decisions(run=run),
         "tool_calls": tool_calls,
         "progress": contract,
@@ -79,3 +88,10 @@ def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
             response.status_code = 286
         return response
     return render(request, "runs/detail.html", {**context, "feedback": run_feedback(run=run)})
+
+
+def _before(text: str, last_seq: int) -> int | None:
+    """The `before` of a "show earlier" link; anything else shows the latest events."""
+    if text.isdigit() and 1 < int(text) <= last_seq:
+        return int(text)
+    return None

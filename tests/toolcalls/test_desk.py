@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
+from console.views import desk as desk_views
 from runs.models import Event, Run, Tenant, User
 from runs.services import run_start
 from tests.helpers import (
@@ -14,6 +15,7 @@ from tests.helpers import (
     logged_in,
     make_user,
     propose,
+    propose_in,
     start_run,
 )
 from tests.sandbox_process import Sandbox
@@ -262,3 +264,17 @@ def test_compensate_and_abandon_ask_first_and_compensate_is_gone_once_done(
     assert command(admin, reserved, "compensate").status_code == 302
     page = admin.get(f"/desk/{reserved.pk}/").content.decode()
     assert "Compensate…" not in page
+
+
+def test_the_desk_shows_the_longest_waits_and_counts_the_rest(
+    admin_user: User, run: Run, sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(desk_views, "DESK_ROWS", 2)
+    sandbox.faults(system="payments", drop_response_after_commit=1.0, times=3)
+    calls = [propose_in(run, {**REFUND, "amount_cents": 100 + n}, intent=f"u{n}") for n in range(3)]
+    for call in calls:
+        dispatch.tool_call_dispatch(tool_call_id=call.pk)
+    page = logged_in(admin_user).get("/desk/").content.decode()
+    assert calls[0].pk in page and calls[1].pk in page and calls[2].pk not in page
+    assert "And 1 more, waiting less long" in page
+    assert "Look up all 3 at payments" in page
