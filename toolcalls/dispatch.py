@@ -23,9 +23,9 @@ from django.utils import timezone
 from runs import events, outbox
 from runs.faults import crashpoint
 from runs.models import Run
-from toolcalls import breaker, capabilities, errors, gate
+from toolcalls import breaker, capabilities, errors, gate, sql
 from toolcalls.capabilities import Capability
-from toolcalls.models import Attempt, E, ObjectRevision, Receipt, ToolCall
+from toolcalls.models import Attempt, CircuitBreaker, E, ObjectRevision, Receipt, ToolCall
 from toolcalls.send import Outcome, backoff, send
 from toolcalls.verify import tool_call_verify
 from toolcalls.writes import (
@@ -106,12 +106,15 @@ def _claim(tool_call_id: str, outbox_id: str | None, worker: str) -> Claim | Non
         # done and the call says why (a retry once the contract is back sends it).
         _fail_unsent(call, (errors.CAPABILITY_UNKNOWN, f"{call.capability_id} is not registered"))
         return None
-    if not _ready_to_send(call, capability, now):
+    ready = sql.readiness(call)
+    if not _ready_to_send(call, capability, now, ready):
         return None
-    breaker_closed = _deferred_by_breaker(call, capability, now)
+    breaker_closed = _deferred_by_breaker(call, capability, now, ready)
     if breaker_closed is None:
         return None
-    admission = gate.tool_call_admit(call=call, capability=capability, actor=SYSTEM)
+    admission = gate.tool_call_admit(
+        call=call, capability=capability, actor=SYSTEM, newest_policy_id=ready.newest_policy_id
+    )
     if admission == "needs_approval":
         gate.tool_call_hold_for_approval(
             call=call,
@@ -129,21 +132,27 @@ def _claim(tool_call_id: str, outbox_id: str | None, worker: str) -> Claim | Non
     return _take(call, capability, now, worker or worker_name(), breaker_closed)
 
 
-def _ready_to_send(call: ToolCall, capability: Capability, now: datetime) -> bool:
+def _ready_to_send(
+    call: ToolCall, capability: Capability, now: datetime, ready: sql.Readiness
+) -> bool:
     """Dependencies confirmed, budgets and deadline left, the object still at its revision.
     A refusal here is written (cancelled or failed); waiting on dependencies writes nothing."""
-    if _unmet_dependencies(call) is not None:
+    if ready.has_dependencies and _unmet_dependencies(call) is not None:
         return False  # dispatched again when its dependencies are confirmed (or cancelled)
-    refusal = _refusal_before_sending(call, call.run, now)
+    refusal = _refusal_before_sending(call, call.run, now, ready.attempts_in_run)
     if refusal:
         _fail_unsent(call, refusal)
         return False
     return True
 
 
-def _deferred_by_breaker(call: ToolCall, capability: Capability, now: datetime) -> bool | None:
+def _deferred_by_breaker(
+    call: ToolCall, capability: Capability, now: datetime, ready: sql.Readiness
+) -> bool | None:
     """None when the capability's circuit is open (the call waits, with an event saying so);
     otherwise whether the breaker was closed."""
+    if ready.breaker_state in (None, CircuitBreaker.State.CLOSED):
+        return True  # what breaker.admit answers for these, without reading the row again
     wait_until, breaker_closed = breaker.admit(call, now)
     if not wait_until:
         return breaker_closed
@@ -234,8 +243,10 @@ def _unmet_dependencies(call: ToolCall) -> list[ToolCall] | None:
     return waiting or None
 
 
-def _refusal_before_sending(call: ToolCall, run: Run, now: datetime) -> tuple[str, str] | None:
-    if Attempt.objects.filter(run=run).count() >= run.max_attempts:
+def _refusal_before_sending(
+    call: ToolCall, run: Run, now: datetime, attempts_in_run: int
+) -> tuple[str, str] | None:
+    if attempts_in_run >= run.max_attempts:
         return errors.BUDGET_EXCEEDED, f"run {run.pk} has used its {run.max_attempts} attempts"
     if run.deadline and now > run.deadline:
         return errors.DEADLINE_EXCEEDED, f"run {run.pk} passed its deadline"

@@ -94,7 +94,7 @@ class Command(BaseCommand):
                     "currency": "USD",
                 }
                 proposer.enable()
-                call = tool_call_propose(
+                call, _ = tool_call_propose(
                     tenant=tenant,
                     run_id=run_ids[i % len(run_ids)],
                     capability_id=driver.CAPABILITY,
