@@ -7,6 +7,7 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 
+from approvals import sql
 from approvals.conditions import ConditionError, evaluate, parse
 from approvals.models import Policy
 from runs.models import Tenant
@@ -70,13 +71,26 @@ def validate_rules(rules: Any) -> list[str]:
     return problems
 
 
-def current_policy(tenant: Tenant, capability_id: str) -> Policy:
+# The newest policy per (tenant id, capability), checked against the newest row's id before
+# use (one short statement; the dispatcher reads it together with its other checks). Rows are
+# never edited, only followed by a new version, so an entry is right while it is the newest.
+_CACHE: dict[tuple[int, str], Policy] = {}
+
+
+def current_policy(tenant: Tenant, capability_id: str, *, newest_id: int | None = None) -> Policy:
+    """The newest version. `newest_id`: the newest row's id, when the caller read it already."""
+    if newest_id is None:
+        newest_id = sql.newest_policy_id(tenant.pk, capability_id)
+    cached = _CACHE.get((tenant.pk, capability_id))
+    if newest_id is not None and cached is not None and cached.pk == newest_id:
+        return cached
     policy = (
         Policy.objects.filter(tenant=tenant, capability_id=capability_id)
         .order_by("-version")
         .first()
     )
     if policy is not None:
+        _CACHE[(tenant.pk, capability_id)] = policy
         return policy
     defaults = DEFAULTS.get(capability_id, {})
     try:

@@ -2,14 +2,19 @@
 
     python -m bench.dbos_baseline \
         --database-url postgres://postgres@127.0.0.1:5432/countersign_bench_dbos \
-        --workflows 2000 --threads 8 --sandbox-url http://127.0.0.1:8701 --out result.json
+        --workflows 2000 --threads 8 --sandbox-url http://127.0.0.1:8701 --out result.json \
+        [--first-order 100000 --sandbox-pid PID]
 
 Each workflow has three @DBOS.step functions. With `--steps http` (the default) they do the
 external work of one Countersign tool call against the same sandbox: read the order (the
 business check), POST a 1-cent refund with an idempotency key (the dispatch) and read the
-order again to find the refund (the verification). `--steps trivial` makes them return at once.
+order again to find the refund (the verification); workflow i works on order
+`--first-order` + i (the caller adds them to the sandbox), so no answer grows as it runs.
+`--steps trivial` makes them return at once.
 Workflows run synchronously on `--threads` threads; the clock runs from the first start to the
-last finish. Started as its own process so that DBOS's globals never meet Django's.
+last finish. Started as its own process so that DBOS's globals never meet Django's. The CPU
+of this process (all its threads), of the PostgreSQL backends of its database (bench/cpu.py)
+and of the sandbox (`--sandbox-pid`) is measured over the same span.
 """
 
 from __future__ import annotations
@@ -27,8 +32,9 @@ from pathlib import Path
 import httpx
 
 from bench import pgstats
+from bench.cpu import BackendCpu
+from bench.procs import tree_cpu
 
-ORDERS = [f"order-{n:03d}" for n in range(1, 16)]
 TOKEN = {"Authorization": "Bearer dev-payments-key"}
 
 
@@ -39,6 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--steps", choices=["http", "trivial"], default="http")
     parser.add_argument("--sandbox-url", default="")
+    parser.add_argument("--first-order", type=int, default=100_000)
+    parser.add_argument("--sandbox-pid", type=int, help="count this process's CPU too")
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     if args.steps == "http" and not args.sandbox_url:
@@ -82,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
 
     @DBOS.workflow()
     def refund_workflow(index: int) -> bool:
-        order_id = ORDERS[index % len(ORDERS)]
+        order_id = f"order-{args.first_order + index}"
         if check_order(order_id) < 1:
             return False
         refund_id = send_refund(order_id, f"dbos-{tag}-{index}")
@@ -101,10 +109,17 @@ def main(argv: list[str] | None = None) -> int:
     try:
         name = pgstats.database_name(args.database_url)
         before = pgstats.database_counters(args.database_url, name)
-        started = time.perf_counter()
+        backends = BackendCpu(args.database_url, name)
+        backends.start()
+        sandbox_before = tree_cpu(args.sandbox_pid) if args.sandbox_pid else 0.0
+        started, cpu_started = time.perf_counter(), time.process_time()
         with ThreadPoolExecutor(args.threads, thread_name_prefix="dbos") as pool:
             outcomes = list(pool.map(refund_workflow, range(args.workflows)))
         elapsed = time.perf_counter() - started
+        cpu = {"dbos process": time.process_time() - cpu_started}
+        cpu["postgres"] = backends.stop()
+        if args.sandbox_pid:
+            cpu["sandbox"] = tree_cpu(args.sandbox_pid) - sandbox_before
     finally:
         DBOS.destroy(destroy_registry=True)
     time.sleep(1.0)  # backends that closed flush their statistics on exit
@@ -117,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
         "seconds": elapsed,
         "workflows_per_second": args.workflows / elapsed,
         "db": pgstats.delta(after, before),
+        "cpu": cpu,
+        "backends": backends.backends_seen,
         "peak_rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
     }
     Path(args.out).write_text(json.dumps(result, indent=1))

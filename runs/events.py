@@ -12,7 +12,9 @@ Old versions stay readable: an upcaster turns a payload of version N into versio
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from hashlib import sha256
@@ -23,6 +25,7 @@ import rfc8785
 from django.db import connection
 from django.utils import timezone
 
+from runs import sql
 from runs.models import Event, Run
 
 GENESIS_HASH = "0" * 64
@@ -143,12 +146,14 @@ def append(
     ids: Ids = NO_IDS,
     occurred_at: datetime | None = None,
 ) -> Event:
-    """Append one event to the run's log, inside the caller's transaction."""
+    """Append one event to the run's log, inside the caller's transaction (inside a `batch`,
+    the INSERT waits for the end of the batch)."""
     if not connection.in_atomic_block:
         raise RuntimeError("events are appended inside the transaction of their state change")
     version = latest_version(event_type)
     validate(event_type, version, payload)
-    last, previous_of_call = _lock_and_read(run.pk, ids.tool_call_id)
+    current = _batch_here()
+    last, previous_of_call = (current or _Batch(connection)).head(run.pk, ids.tool_call_id)
     # A tool call's events are caused by its previous event (the claim by the authorization,
     # the receipt by the claim), unless the caller names another cause.
     causation_id = ids.causation_id or previous_of_call
@@ -175,55 +180,73 @@ def append(
         prev_hash=last["hash"] if last else GENESIS_HASH,
     )
     event.hash = compute_hash(event)
-    _insert(event)
+    if current is None:
+        sql.insert_events([event])
+    else:
+        current.add(event)
     return event
 
 
-# Appends are the hottest write of the product (about seven per tool call), so they go
-# through plain SQL: compiling the equivalent ORM queries cost several times more CPU than
-# running them (bench_dispatch).
-_FIELDS = Event._meta.concrete_fields
-_INSERT = (
-    f"INSERT INTO runs_event ({', '.join(field.column for field in _FIELDS)})"
-    f" VALUES ({', '.join(['%s'] * len(_FIELDS))})"
-)
-# The run's last event, and the id of the tool call's last event, in one statement (none
-# when the run has no event yet).
-_READ = (
-    "SELECT id, seq, hash, tool_call_id, (SELECT c.id FROM runs_event c"
-    " WHERE c.tool_call_id = %s ORDER BY c.seq DESC LIMIT 1)"
-    " FROM runs_event WHERE run_id = %s ORDER BY seq DESC LIMIT 1"
-)
+class _Batch:
+    """The events of one block of a transaction: each run's chain head is read (and the run
+    locked) once, the events are inserted together when the block ends."""
+
+    def __init__(self, conn: Any) -> None:
+        self.savepoints = list(conn.savepoint_ids)
+        self.heads: dict[str, dict[str, Any] | None] = {}
+        self.last_of_call: dict[str, str] = {}
+        self.pending: list[Event] = []
+
+    def head(self, run_id: str, tool_call_id: str) -> tuple[dict[str, Any] | None, str]:
+        if run_id not in self.heads:
+            last, previous = sql.lock_and_read_head(run_id, tool_call_id)
+            self.heads[run_id] = last
+            if tool_call_id:
+                self.last_of_call[tool_call_id] = previous
+            return last, previous
+        if tool_call_id and tool_call_id not in self.last_of_call:
+            self.last_of_call[tool_call_id] = sql.last_event_of_call(tool_call_id)
+        return self.heads[run_id], self.last_of_call.get(tool_call_id, "")
+
+    def add(self, event: Event) -> None:
+        self.heads[event.run_id] = {"id": event.id, "seq": event.seq, "hash": event.hash}
+        if event.tool_call_id:
+            self.last_of_call[event.tool_call_id] = event.id
+        self.pending.append(event)
+
+    def flush(self) -> None:
+        pending, self.pending = self.pending, []
+        sql.insert_events(pending)
 
 
-def _lock_and_read(run_id: str, tool_call_id: str) -> tuple[dict[str, Any] | None, str]:
-    """(the run's last event, the id of the tool call's last event), the run row locked.
-
-    The lock orders concurrent appends; the (run, seq) unique constraint is the backstop if
-    anything ever appends without it. It is its own statement: a read in the same statement
-    would see the snapshot from before the lock was granted, missing the event that the
-    previous holder just committed. SQLite has no row locks: the database lock serializes
-    its writers already."""
-    with connection.cursor() as cursor:
-        if connection.features.has_select_for_update:
-            cursor.execute("SELECT id FROM runs_run WHERE id = %s FOR UPDATE", [run_id])
-            if cursor.fetchone() is None:
-                raise Run.DoesNotExist(run_id)
-        # NULL matches no row: run-level events have no previous event of a call.
-        cursor.execute(_READ, [tool_call_id or None, run_id])
-        row = cursor.fetchone()
-    if row is None:
-        return None, ""
-    return dict(zip(("id", "seq", "hash", "tool_call_id"), row[:4], strict=True)), row[4] or ""
+_local = threading.local()
 
 
-def _insert(event: Event) -> None:
-    values = [
-        field.get_db_prep_save(getattr(event, field.attname), connection) for field in _FIELDS
-    ]
-    with connection.cursor() as cursor:
-        cursor.execute(_INSERT, values)
-    event._state.adding, event._state.db = False, connection.alias
+def _batch_here() -> _Batch | None:
+    current = getattr(_local, "batch", None)
+    if current is not None and connection.savepoint_ids != current.savepoints:
+        # What a savepoint appends must roll back with it, and what the batch holds must
+        # not: neither is possible once the batch's INSERT waits for the end of the block.
+        raise RuntimeError("no event is appended inside a savepoint opened in an event batch")
+    return current
+
+
+@contextmanager
+def batch() -> Iterator[None]:
+    """Inside a transaction: the block's events share one chain-head read per run and one
+    INSERT, written when the block ends (nested blocks join the outer one). Nothing in the
+    block may read the events back from the database before then."""
+    if getattr(_local, "batch", None) is not None:
+        yield
+        return
+    if not connection.in_atomic_block:
+        raise RuntimeError("a batch of events is written inside a transaction")
+    _local.batch = _Batch(connection)
+    try:
+        yield
+        _local.batch.flush()
+    finally:
+        _local.batch = None
 
 
 def rfc8785_roundtrip(payload: dict[str, Any]) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from django.db import connection, models
 from django_fsm import can_proceed
 
 from runs import events
+from runs.changes import SavesChangedFields
 from runs.errors import DomainError
 from runs.models import Event, Run
 
@@ -50,5 +51,10 @@ def apply(
     event = events.append(
         run=run, event_type=event_type, payload=payload, producer=producer, actor=actor, ids=ids
     )
-    obj.save()
+    # A row that knows what it was read with writes only what changed (runs/changes.py).
+    changed = obj.changed_fields() if isinstance(obj, SavesChangedFields) else None
+    if changed is None:
+        obj.save()
+    else:
+        obj.save(update_fields=changed)
     return event

@@ -11,6 +11,7 @@ import contextlib
 import json
 import signal
 import socket
+import sqlite3
 import sys
 import threading
 import time
@@ -26,6 +27,7 @@ from .store import Store
 from .systems import IDEMPOTENT_SYSTEMS, ROUTES, TOKENS, Route
 
 MAX_BODY_BYTES = 1 << 20
+MAX_NEW_ORDERS = 100_000
 
 ADMIN_ROUTES: dict[str, tuple[str, ...]] = {
     "/health": ("GET",),
@@ -33,6 +35,7 @@ ADMIN_ROUTES: dict[str, tuple[str, ...]] = {
     "/ledger": ("GET",),
     "/faults": ("GET", "POST", "DELETE"),
     "/reset": ("POST",),
+    "/orders": ("POST",),
 }
 
 
@@ -216,6 +219,8 @@ class SandboxHandler(BaseHTTPRequestHandler):
             server.store.reset()
             server.faults.clear()
             return Reply(200, {"ok": True})
+        if path == "/orders":
+            return Reply(201, _add_orders(server.store, _parse_object(raw)))
         # /faults
         try:
             if self.command == "POST":
@@ -320,6 +325,25 @@ def _method_not_allowed(allowed: tuple[str, ...]) -> ApiError:
     return ApiError(
         405, "method_not_allowed", f"allowed: {', '.join(allowed)}", {"Allow": ", ".join(allowed)}
     )
+
+
+def _add_orders(store: Store, body: dict[str, Any]) -> dict[str, Any]:
+    """`POST /orders`: fresh orders for a benchmark, so that no order's answer grows with the
+    number of calls (each call refunds an order of its own)."""
+    tenant, first, count = body.get("tenant"), body.get("first"), body.get("count")
+    captured = body.get("captured_cents", 100)
+    if not isinstance(tenant, str) or not tenant:
+        raise invalid("tenant must be a tenant's slug")
+    for name, value in (("first", first), ("count", count), ("captured_cents", captured)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise invalid(f"{name} must be a positive integer")
+    if count > MAX_NEW_ORDERS or first + count > 10**7:
+        raise invalid(f"at most {MAX_NEW_ORDERS} orders, numbered below 10000000")
+    try:
+        store.add_orders(tenant, range(first, first + count), captured)
+    except sqlite3.IntegrityError:
+        raise invalid("one of these order numbers exists already") from None
+    return {"first": f"order-{first:03d}", "count": count}
 
 
 def _parse_object(raw: bytes) -> dict[str, Any]:

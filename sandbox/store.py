@@ -253,6 +253,17 @@ class Store:
                 "INSERT OR REPLACE INTO meta VALUES ('extra_tenants', ?)", (json.dumps(seeded),)
             )
 
+    def add_orders(self, tenant: str, numbers: range, captured_cents: int) -> None:
+        """Orders `order-NNN` for `numbers`, nothing refunded (a reset removes them again)."""
+        with self.transaction() as conn:
+            conn.executemany(
+                "INSERT INTO orders VALUES (?, ?, ?, 'USD', ?, 0)",
+                (
+                    (f"order-{n:03d}", tenant, f"customer-{n:03d}@example.com", captured_cents)
+                    for n in numbers
+                ),
+            )
+
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
         """Serialized write transaction: commits on success, rolls back on any exception."""

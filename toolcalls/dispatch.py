@@ -9,25 +9,24 @@ from __future__ import annotations
 
 import logging
 import os
-import random
 import socket
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-import httpx
 from django.conf import settings
 from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from runs import outbox
+from runs import events, outbox
 from runs.faults import crashpoint
 from runs.models import Run
-from toolcalls import breaker, capabilities, connectors, errors, gate
+from toolcalls import breaker, capabilities, errors, gate, sql
 from toolcalls.capabilities import Capability
-from toolcalls.models import Attempt, E, ObjectRevision, Receipt, ToolCall
+from toolcalls.models import Attempt, CircuitBreaker, E, ObjectRevision, Receipt, ToolCall
+from toolcalls.send import Outcome, backoff, send
 from toolcalls.verify import tool_call_verify
 from toolcalls.writes import (
     DISPATCH_TASK,
@@ -61,17 +60,6 @@ class Claim:
     breaker_closed: bool = True
 
 
-@dataclass
-class Outcome:
-    kind: str  # confirmed | rejected | retryable | unknown
-    error_name: str = ""
-    message: str = ""
-    http_status: int | None = None
-    body: dict[str, Any] = field(default_factory=dict)
-    retry_after: float | None = None
-    replayed: bool = False
-
-
 def tool_call_dispatch(
     *, tool_call_id: str, outbox_id: str | None = None, worker: str = ""
 ) -> None:
@@ -95,6 +83,11 @@ def tool_call_dispatch(
 @transaction.atomic
 def tool_call_claim(*, tool_call_id: str, outbox_id: str | None, worker: str = "") -> Claim | None:
     """Take the call for one attempt, or say why not now (None). Nothing is sent here."""
+    with events.batch():
+        return _claim(tool_call_id, outbox_id, worker)
+
+
+def _claim(tool_call_id: str, outbox_id: str | None, worker: str) -> Claim | None:
     outbox.mark_done(outbox_id)
     call = tool_call_lock(tool_call_id)
     if call is None or call.execution_status != E.AUTHORIZED:
@@ -113,12 +106,15 @@ def tool_call_claim(*, tool_call_id: str, outbox_id: str | None, worker: str = "
         # done and the call says why (a retry once the contract is back sends it).
         _fail_unsent(call, (errors.CAPABILITY_UNKNOWN, f"{call.capability_id} is not registered"))
         return None
-    if not _ready_to_send(call, capability, now):
+    ready = sql.readiness(call)
+    if not _ready_to_send(call, capability, now, ready):
         return None
-    breaker_closed = _deferred_by_breaker(call, capability, now)
+    breaker_closed = _deferred_by_breaker(call, capability, now, ready)
     if breaker_closed is None:
         return None
-    admission = gate.tool_call_admit(call=call, capability=capability, actor=SYSTEM)
+    admission = gate.tool_call_admit(
+        call=call, capability=capability, actor=SYSTEM, newest_policy_id=ready.newest_policy_id
+    )
     if admission == "needs_approval":
         gate.tool_call_hold_for_approval(
             call=call,
@@ -136,21 +132,27 @@ def tool_call_claim(*, tool_call_id: str, outbox_id: str | None, worker: str = "
     return _take(call, capability, now, worker or worker_name(), breaker_closed)
 
 
-def _ready_to_send(call: ToolCall, capability: Capability, now: datetime) -> bool:
+def _ready_to_send(
+    call: ToolCall, capability: Capability, now: datetime, ready: sql.Readiness
+) -> bool:
     """Dependencies confirmed, budgets and deadline left, the object still at its revision.
     A refusal here is written (cancelled or failed); waiting on dependencies writes nothing."""
-    if _unmet_dependencies(call) is not None:
+    if ready.has_dependencies and _unmet_dependencies(call) is not None:
         return False  # dispatched again when its dependencies are confirmed (or cancelled)
-    refusal = _refusal_before_sending(call, call.run, now)
+    refusal = _refusal_before_sending(call, call.run, now, ready.attempts_in_run)
     if refusal:
         _fail_unsent(call, refusal)
         return False
     return True
 
 
-def _deferred_by_breaker(call: ToolCall, capability: Capability, now: datetime) -> bool | None:
+def _deferred_by_breaker(
+    call: ToolCall, capability: Capability, now: datetime, ready: sql.Readiness
+) -> bool | None:
     """None when the capability's circuit is open (the call waits, with an event saying so);
     otherwise whether the breaker was closed."""
+    if ready.breaker_state in (None, CircuitBreaker.State.CLOSED):
+        return True  # what breaker.admit answers for these, without reading the row again
     wait_until, breaker_closed = breaker.admit(call, now)
     if not wait_until:
         return breaker_closed
@@ -241,8 +243,10 @@ def _unmet_dependencies(call: ToolCall) -> list[ToolCall] | None:
     return waiting or None
 
 
-def _refusal_before_sending(call: ToolCall, run: Run, now: datetime) -> tuple[str, str] | None:
-    if Attempt.objects.filter(run=run).count() >= run.max_attempts:
+def _refusal_before_sending(
+    call: ToolCall, run: Run, now: datetime, attempts_in_run: int
+) -> tuple[str, str] | None:
+    if attempts_in_run >= run.max_attempts:
         return errors.BUDGET_EXCEEDED, f"run {run.pk} has used its {run.max_attempts} attempts"
     if run.deadline and now > run.deadline:
         return errors.DEADLINE_EXCEEDED, f"run {run.pk} passed its deadline"
@@ -256,77 +260,6 @@ def _refusal_before_sending(call: ToolCall, run: Run, now: datetime) -> tuple[st
                 "since the call was computed; it was not sent",
             )
     return None
-
-
-# --- send and classify ----------------------------------------------------------------------
-
-
-def send(claim: Claim) -> Outcome:
-    """Call the external system once, and say what the answer proves."""
-    capability = claim.capability
-    request = capability.build_request(claim.args)
-    headers = {"X-Request-Id": claim.external_request_id}
-    if capability.kind == "write":
-        headers["Idempotency-Key"] = claim.idempotency_key
-    endpoint = connectors.endpoint_for(claim.tenant_slug, capability.system)
-    try:
-        response = connectors.request(
-            endpoint,
-            request.method,
-            request.path,
-            json=request.body,
-            headers=headers,
-            timeout=timeout_of(capability),
-        )
-    except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
-        # The connection never opened: nothing was sent.
-        return Outcome("retryable", errors.UNREACHABLE, f"{type(exc).__name__}: {exc}")
-    except httpx.TimeoutException as exc:
-        return Outcome("unknown", errors.TIMEOUT, f"no answer in time ({type(exc).__name__})")
-    except httpx.TransportError as exc:
-        # Sent, then the connection broke: the system may have done it.
-        return Outcome("unknown", errors.CONNECTION_LOST, f"{type(exc).__name__}: {exc}")
-    return classify(response)
-
-
-def classify(response: httpx.Response) -> Outcome:
-    status = response.status_code
-    try:
-        body = response.json()
-    except ValueError:
-        body = {"text": response.text[:500]}
-    if not isinstance(body, dict):
-        body = {"value": body}
-    remote = f"{status} {body.get('error', '')}: {body.get('message', '')}".strip()
-    if 200 <= status < 300:
-        replayed = response.headers.get("Idempotent-Replayed", "").lower() == "true"
-        return Outcome("confirmed", http_status=status, body=body, replayed=replayed)
-    if status == 429:
-        retry_after = response.headers.get("Retry-After", "")
-        return Outcome(
-            "retryable",
-            errors.RATE_LIMITED,
-            remote,
-            status,
-            retry_after=float(retry_after) if retry_after.isdigit() else None,
-        )
-    if status in (502, 503):
-        # The gateway or the service refused before processing: safe to send again.
-        return Outcome("retryable", errors.UPSTREAM_5XX, remote, status)
-    if status >= 500:
-        # A 500 or 504 may come after the work was done.
-        return Outcome("unknown", errors.UPSTREAM_5XX, remote, status)
-    if status in (401, 403):
-        return Outcome("rejected", errors.AUTH_FAILED, remote, status)
-    if status == 400:
-        return Outcome("rejected", errors.VALIDATION_FAILED, remote, status)
-    return Outcome("rejected", errors.REJECTED, remote, status)
-
-
-def backoff(policy: capabilities.RetryPolicy, failures: int, retry_after: float | None) -> float:
-    """Exponential backoff with full jitter, never sooner than the system's Retry-After."""
-    ceiling = min(policy.max_delay, policy.base_delay * 2 ** (failures - 1))
-    return max(retry_after or 0.0, random.uniform(ceiling / 2, ceiling))
 
 
 # --- record ---------------------------------------------------------------------------------
@@ -343,6 +276,11 @@ CLASSIFICATION = {
 def record_outcome(claim: Claim, outcome: Outcome) -> tuple[ToolCall, str] | None:
     """Record what the answer proves, if this claim is still current. Returns the call and
     the id of its verification's outbox message when the caller should verify right away."""
+    with events.batch():
+        return _record(claim, outcome)
+
+
+def _record(claim: Claim, outcome: Outcome) -> tuple[ToolCall, str] | None:
     call = tool_call_lock(claim.tool_call_id)
     now = timezone.now()
     attempt = Attempt.objects.filter(pk=claim.attempt_id)

@@ -38,8 +38,13 @@ from toolcalls.writes import (
 )
 
 
-def requirement_for(call: ToolCall, capability: Capability) -> Requirement:
-    return requirement(current_policy(call.tenant, call.capability_id), call.args, capability.risk)
+def requirement_for(
+    call: ToolCall, capability: Capability, newest_policy_id: int | None = None
+) -> Requirement:
+    """`newest_policy_id`: the id of the newest policy, when the caller read it already (the
+    row may then come from the cache)."""
+    policy = current_policy(call.tenant, call.capability_id, newest_id=newest_policy_id)
+    return requirement(policy, call.args, capability.risk)
 
 
 def tool_call_authorize(
@@ -87,10 +92,12 @@ def tool_call_hold_for_approval(
     return approval
 
 
-def tool_call_admit(*, call: ToolCall, capability: Capability, actor: str) -> str | tuple[str, str]:
+def tool_call_admit(
+    *, call: ToolCall, capability: Capability, actor: str, newest_policy_id: int | None = None
+) -> str | tuple[str, str]:
     """Before a dispatch: "ok", "needs_approval" (ask people again), or (error name, message)
     to fail the call. Consumes an approved approval: once."""
-    needed = requirement_for(call, capability)
+    needed = requirement_for(call, capability, newest_policy_id)
     if needed.approvers == 0:
         return "ok"  # the current policy asks nobody for these arguments
     latest = call.approvals.order_by("-created_at").first()

@@ -12,6 +12,7 @@ from functools import partial
 from django.db import models
 from django_fsm import FSMField, FSMModelMixin, transition
 
+from runs.changes import SavesChangedFields
 from runs.ids import new_id
 from runs.models import Decision, Run, Tenant
 
@@ -77,7 +78,7 @@ V = Verification
 S = AgentStatus
 
 
-class ToolCall(FSMModelMixin, models.Model):
+class ToolCall(FSMModelMixin, SavesChangedFields, models.Model):
     id = models.CharField(
         primary_key=True, max_length=40, default=partial(new_id, "tc"), editable=False
     )

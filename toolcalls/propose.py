@@ -10,6 +10,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from approvals.policies import policy_preview, requirement
+from runs import events
 from runs.canonical import digest
 from runs.errors import (
     AUTH_SCOPE_MISSING,
@@ -71,7 +72,8 @@ def tool_call_propose(
     if problems:
         raise invalid(problems)
     try:
-        with transaction.atomic():
+        # One chain-head read and one INSERT for the proposal's events (runs/events.py).
+        with transaction.atomic(), events.batch():
             run = _lock_open_run(tenant, run_id)
             call = tool_call_create(
                 run=run,

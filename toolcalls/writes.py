@@ -14,7 +14,7 @@ from django.conf import settings
 from runs import events, logcontext, transitions
 from runs.errors import DomainError, not_found
 from runs.models import Event, Tenant
-from toolcalls import capabilities, errors, webhooks
+from toolcalls import capabilities, errors, sql, webhooks
 from toolcalls.capabilities import Capability
 from toolcalls.event_types import EXECUTION_EVENTS, VERIFICATION_EVENTS
 from toolcalls.models import ToolCall
@@ -74,13 +74,9 @@ def tool_call_lock(tool_call_id: str) -> ToolCall | None:
     # FOR NO KEY UPDATE: it excludes every other writer of the call, but not a row that only
     # refers to it (a dependency, an attempt), whose foreign-key check takes KEY SHARE. With
     # FOR UPDATE a proposal holding the run's lock waited at commit for a dispatch holding the
-    # call, which waited for the run: a deadlock (manage.py soak).
-    call = (
-        ToolCall.objects.select_for_update(of=("self",), no_key=True)
-        .select_related("run", "tenant")
-        .filter(pk=tool_call_id)
-        .first()
-    )
+    # call, which waited for the run: a deadlock (manage.py soak). One hand-written statement
+    # (toolcalls/sql.py): the ORM's compiling of it was the worker's largest cost.
+    call = sql.lock_call(tool_call_id)
     if call is not None:
         bind_log_ids(call)
     return call

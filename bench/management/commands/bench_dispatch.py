@@ -1,17 +1,24 @@
 """Benchmark the tool-call lifecycle end to end on PostgreSQL, Redis and real Celery workers.
 
-    python manage.py bench_dispatch --calls 2000 --workers 2
+    python manage.py bench_dispatch --database countersign_bench --redis-db 2 \
+        --dbos-database countersign_bench_dbos --calls 2000 --workers 2
 
 Proposes `--calls` auto-authorized refunds through `toolcalls.propose.tool_call_propose`,
 lets real `celery -A config worker` processes dispatch and verify them against the sandbox,
-and prints throughput, latency to `accepted`, database work per call (measured on the server)
-and the workers' peak memory; then runs the DBOS Transact baseline (`bench/dbos_baseline.py`)
-on the same server and prints the ratio.
+and prints throughput, latency to `accepted`, database work per call (measured on the server),
+CPU milliseconds per call of every process that did the work, the workers' peak memory and the
+invariant (one ledger effect per call); then runs the DBOS Transact baseline
+(`bench/dbos_baseline.py`) on the same server and sandbox and prints the same for it, and the
+ratios.
 
-It never touches the dev or test data: everything happens in the database `countersign_bench`
-(dropped and created again unless --reuse-db), DBOS in `countersign_bench_dbos`, Celery on
-Redis database 2 (flushed first), the sandbox in a temporary directory. The measuring part runs
-in a child process of this command with that environment (`--inner`), as do the workers.
+It touches only what it is given and what it made. The databases named by `--database` and
+`--dbos-database` are created with a comment that marks them as the benchmark's; a database of
+that name without the mark is refused, and one with it is dropped and created again only with
+`--recreate` (otherwise reused). The Redis database `--redis-db` (on the server of
+$CELERY_BROKER_URL) is emptied only when it is empty already or holds the benchmark's mark. The
+sandbox runs in a temporary directory, and every call refunds an order of its own (added with
+the sandbox's `POST /orders`), so no answer grows with `--calls`. The measuring part runs in a
+child process of this command with that environment (`--inner`), as do the workers.
 """
 
 from __future__ import annotations
@@ -35,11 +42,14 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from bench import WORKER_STATEMENTS, pgstats
+from bench.cpu import BackendCpu
+from bench.driver import FIRST_ORDER
 from bench.procs import MemorySampler, cpu_snapshot, start_sandbox, start_worker, wait_ready
 
-BENCH_DB = "countersign_bench"
-DBOS_DB = "countersign_bench_dbos"
-BENCH_REDIS_DB = 2
+# The comment on the databases it creates, and the key it leaves in its Redis database: proof,
+# on the next run, that they are the benchmark's to empty.
+MARK = "countersign bench_dispatch: may be dropped by bench_dispatch --recreate"
+REDIS_MARK = "countersign:bench_dispatch"
 ROOT = Path(settings.BASE_DIR)
 
 
@@ -47,6 +57,18 @@ class Command(BaseCommand):
     help = "Benchmark proposals -> dispatch -> verification with real workers, and DBOS."
 
     def add_arguments(self, parser) -> None:
+        parser.add_argument("--database", required=True, help="its PostgreSQL database")
+        parser.add_argument(
+            "--dbos-database", help="the DBOS baseline's database (needed unless --skip-baseline)"
+        )
+        parser.add_argument(
+            "--redis-db", type=int, required=True, help="its Redis database number (0-15)"
+        )
+        parser.add_argument(
+            "--recreate",
+            action="store_true",
+            help="drop and create again the databases when they carry the benchmark's mark",
+        )
         parser.add_argument("--calls", type=int, default=2000)
         parser.add_argument("--workers", type=int, default=2, help="celery worker processes")
         parser.add_argument("--pool", default="threads", choices=["threads", "prefork", "solo"])
@@ -62,7 +84,6 @@ class Command(BaseCommand):
         parser.add_argument("--skip-baseline", action="store_true")
         parser.add_argument("--baseline-threads", type=int, default=8)
         parser.add_argument("--baseline-steps", choices=["http", "trivial"], default="http")
-        parser.add_argument("--reuse-db", action="store_true", help="keep countersign_bench")
         parser.add_argument("--keep-logs", action="store_true", help="print the log directory")
         # Internal: the measuring child process.
         parser.add_argument("--inner", choices=["setup", "drive"], help="(internal)")
@@ -74,6 +95,10 @@ class Command(BaseCommand):
             return
         if options["calls"] < 1 or options["workers"] < 1 or options["concurrency"] < 1:
             raise CommandError("--calls, --workers and --concurrency must be at least 1.")
+        if not options["skip_baseline"] and not options["dbos_database"]:
+            raise CommandError("name the baseline's database (--dbos-database) or --skip-baseline")
+        if options["dbos_database"] == options["database"]:
+            raise CommandError("--dbos-database must differ from --database.")
         database_url, broker_url = _check_environment()
         previous = signal.signal(signal.SIGTERM, _terminate)
         try:
@@ -86,8 +111,9 @@ class Command(BaseCommand):
     def _inner(self, options: dict[str, Any]) -> None:
         from bench import driver
 
-        if settings.DATABASES["default"]["NAME"] != BENCH_DB:
-            raise CommandError(f"--inner runs only against the database {BENCH_DB}.")
+        name = settings.DATABASES["default"]["NAME"]
+        if pgstats.database_comment(os.environ["DATABASE_URL"], name) != MARK:
+            raise CommandError(f"--inner runs only on a database the benchmark made, not {name}.")
         path = options["inner_file"]
         spec = json.loads(Path(path).read_text())
         if options["inner"] == "setup":
@@ -113,14 +139,61 @@ def _check_environment() -> tuple[str, str]:
     if urlsplit(database_url).scheme not in ("postgres", "postgresql", "pgsql"):
         raise CommandError(
             "bench_dispatch runs on PostgreSQL: set DATABASE_URL=postgres://user@host:5432/db "
-            f"(now {database_url or 'unset'}). It uses its own database {BENCH_DB} there."
+            f"(now {database_url or 'unset'}). It uses the database --database names there."
         )
     if urlsplit(broker_url).scheme != "redis":
         raise CommandError(
             "bench_dispatch runs on Redis: set CELERY_BROKER_URL=redis://host:6379/0 "
-            f"(now {broker_url or 'unset'}). It uses Redis database {BENCH_REDIS_DB} there."
+            f"(now {broker_url or 'unset'}). It uses the database --redis-db names there."
         )
     return database_url, broker_url
+
+
+def refuse_foreign(url: str, name: str) -> str | None:
+    """The database's comment (None: no such database); refuses one the benchmark did not make."""
+    comment = pgstats.database_comment(url, name)
+    if comment is not None and comment != MARK:
+        raise CommandError(
+            f"A database {name} exists and bench_dispatch did not create it: it is left alone. "
+            "Name another."
+        )
+    return comment
+
+
+def own_database(url: str, name: str, recreate: bool) -> None:
+    """Create `name` with the benchmark's mark; drop it first only if it carries that mark and
+    --recreate asks for it. A database without the mark is never touched."""
+    comment = refuse_foreign(url, name)
+    if comment is None:
+        pgstats.create_marked_database(url, name, MARK)
+    elif recreate:
+        pgstats.drop_database(url, name)
+        pgstats.create_marked_database(url, name, MARK)
+
+
+def claim_redis(url: str) -> None:
+    """Empty the Redis database we were given, but only when it is ours: empty, or marked by
+    an earlier run. Anything else there belongs to someone else."""
+    client = redis.Redis.from_url(url)
+    size = client.dbsize()
+    if size and not client.exists(REDIS_MARK):
+        raise CommandError(
+            f"Redis database {url} holds {size} keys and no mark of bench_dispatch: it is left "
+            "alone. Name an empty one with --redis-db."
+        )
+    client.flushdb()
+    client.set(REDIS_MARK, "bench_dispatch")
+
+
+def add_orders(sandbox_url: str, calls: int) -> None:
+    """One fresh order per call, so no answer of the sandbox grows as the run goes on."""
+    body = {"tenant": "acme", "first": FIRST_ORDER, "count": calls, "captured_cents": 100}
+    httpx.post(f"{sandbox_url}/orders", json=body, timeout=60).raise_for_status()
+
+
+def ledger(sandbox_url: str) -> list[dict[str, Any]]:
+    response = httpx.get(f"{sandbox_url}/ledger", params={"system": "payments"}, timeout=60)
+    return response.json()["effects"]
 
 
 def _redis_db(url: str, db: int) -> str:
@@ -131,14 +204,16 @@ def _redis_db(url: str, db: int) -> str:
 class Bench:
     def __init__(self, command: Command, options: dict[str, Any], db_url: str, broker: str):
         self.command, self.options = command, options
-        self.bench_url = pgstats.with_database(db_url, BENCH_DB)
-        self.dbos_url = pgstats.with_database(db_url, DBOS_DB)
-        self.broker = _redis_db(broker, BENCH_REDIS_DB)
+        self.bench_db, self.dbos_db = options["database"], options["dbos_database"]
+        self.bench_url = pgstats.with_database(db_url, self.bench_db)
+        self.dbos_url = pgstats.with_database(db_url, self.dbos_db or self.bench_db)
+        self.broker = _redis_db(broker, options["redis_db"])
         self.deadline = time.monotonic() + options["timeout"]
         self.load = os.getloadavg()  # other work on this machine skews the figures
         self.sandbox = None
         self.workers: list = []
         self.sampler: MemorySampler | None = None
+        self.cpu_per_call: dict[str, float] = {}
 
     def say(self, text: str = "") -> None:
         self.command.stdout.write(text)
@@ -167,13 +242,19 @@ class Bench:
 
     # --- the run ---------------------------------------------------------------------------
 
+    # long: the run in order, each step a line: start, measure, stop, report, baseline
     def run(self) -> bool:
         opts = self.options
         tmp = Path(tempfile.mkdtemp(prefix="countersign-bench-"))
         try:
+            # Both databases are checked before either is touched.
+            refuse_foreign(self.bench_url, self.bench_db)
+            if self.dbos_db and not opts["skip_baseline"]:
+                refuse_foreign(self.dbos_url, self.dbos_db)
             self.prepare_database()
-            redis.Redis.from_url(self.broker).flushdb()
+            claim_redis(self.broker)
             self.sandbox, sandbox_url = start_sandbox(ROOT, self.env(), tmp / "sandbox", tmp)
+            add_orders(sandbox_url, opts["calls"])
             env = self.env(sandbox_url)
             self.workers = [
                 start_worker(
@@ -191,7 +272,7 @@ class Bench:
             if not statements_reason and not pgstats.statements_reset(self.bench_url):
                 statements_reason = "pg_stat_statements could not be created in the bench db"
             tables_before = pgstats.table_counters(self.bench_url)
-            before = pgstats.database_counters(self.bench_url, BENCH_DB)
+            before = pgstats.database_counters(self.bench_url, self.bench_db)
             spec = {
                 "calls": opts["calls"],
                 "run_ids": setup["run_ids"],
@@ -200,21 +281,23 @@ class Bench:
                 "timeout": max(10.0, self.remaining("before proposing") - 30),
             }
             self.load = os.getloadavg()
+            backends = BackendCpu(self.bench_url, self.bench_db)
+            backends.start()
             cpu_before = cpu_snapshot(self.workers, self.sandbox)
             result = self.inner("drive", spec, env, tmp)
             cpu = pgstats.delta(cpu_snapshot(self.workers, self.sandbox), cpu_before)
-            cpu["driver (proposals)"] = result["driver_cpu"]
+            cpu["proposer"] = result["driver_cpu"]
+            cpu["postgres"] = backends.stop()
+            result["backends"] = backends.backends_seen
 
             self.sampler.stop()
             for worker in self.workers:
                 worker.stop()  # their backends exit and flush their statistics
             time.sleep(1.5)
-            after = pgstats.database_counters(self.bench_url, BENCH_DB)
+            after = pgstats.database_counters(self.bench_url, self.bench_db)
             statements = None if statements_reason else pgstats.statements_count(self.bench_url)
             tables_after = pgstats.table_counters(self.bench_url)
-            effects = httpx.get(
-                f"{sandbox_url}/ledger", params={"system": "payments"}, timeout=30
-            ).json()["effects"]
+            effects = ledger(sandbox_url)
 
             worker_statements = int(redis.Redis.from_url(self.broker).get(WORKER_STATEMENTS) or 0)
             ok = self.report(result, before, after, tables_before, tables_after, effects, cpu)
@@ -235,7 +318,8 @@ class Bench:
                 self.say("\nDBOS baseline: skipped (--skip-baseline)")
             else:
                 httpx.post(f"{sandbox_url}/reset", timeout=30).raise_for_status()
-                self.baseline(sandbox_url, tmp, ours)
+                add_orders(sandbox_url, opts["calls"])
+                self.baseline(sandbox_url, tmp, ours, self.cpu_per_call)
             if opts["keep_logs"]:
                 self.say(f"\nlogs: {tmp}")
             return ok
@@ -245,10 +329,7 @@ class Bench:
                 shutil.rmtree(tmp, ignore_errors=True)
 
     def prepare_database(self) -> None:
-        if self.options["reuse_db"]:
-            pgstats.ensure_database(self.bench_url, BENCH_DB)
-        else:
-            pgstats.recreate_database(self.bench_url, BENCH_DB)
+        own_database(self.bench_url, self.bench_db, self.options["recreate"])
         migrate = subprocess.run(
             [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"],
             cwd=ROOT,
@@ -258,13 +339,14 @@ class Bench:
             timeout=min(300, self.remaining("migrating")),
         )
         if migrate.returncode:
-            raise CommandError(f"migrating {BENCH_DB} failed:\n{migrate.stderr[-3000:]}")
+            raise CommandError(f"migrating {self.bench_db} failed:\n{migrate.stderr[-3000:]}")
 
     def inner(self, phase: str, spec: dict, env: dict[str, str], tmp: Path) -> dict[str, Any]:
         path = tmp / f"{phase}.json"
         path.write_text(json.dumps(spec))
         argv = [sys.executable, "manage.py", "bench_dispatch", "--inner", phase]
-        argv += ["--inner-file", str(path)]
+        argv += ["--inner-file", str(path), "--database", self.bench_db]
+        argv += ["--redis-db", str(self.options["redis_db"])]
         try:
             done = subprocess.run(
                 argv,
@@ -340,7 +422,7 @@ class Bench:
             f"{sum(r['events'].values()) / calls:.1f}; attempts/call {r['attempts'] / calls:.2f}"
         )
         self.say(
-            f"  database per call (server, pg_stat_database of {BENCH_DB}, waiting loop's "
+            f"  database per call (server, pg_stat_database of {self.bench_db}, waiting loop's "
             f"{r['monitor_statements']} reads taken out):"
         )
         self.say(
@@ -363,12 +445,16 @@ class Bench:
                 )
         self.say("    per table (ins/upd/index+seq scans): " + "; ".join(rows))
         machine = cpu.pop("machine")
-        parts = ", ".join(f"{name} {seconds * 1000 / calls:.1f}" for name, seconds in cpu.items())
-        ours = sum(cpu.values()) * 1000 / calls
+        self.cpu_per_call = {name: seconds * 1000 / calls for name, seconds in cpu.items()}
+        parts = ", ".join(f"{name} {ms:.2f}" for name, ms in self.cpu_per_call.items())
+        ours = sum(self.cpu_per_call.values())
         cores = os.cpu_count() or 1
-        self.say(f"  CPU ms/call: {parts} (postgres and redis: every client of the server)")
         self.say(
-            f"    sum {ours:.1f} ms/call -> CPU-bound ceiling ~{cores * 1000 / ours:.0f} calls/s "
+            f"  CPU ms/call per process: {parts} (postgres: the {r['backends']} backends of "
+            f"{self.bench_db} only, from /proc; redis: the whole server, other clients included)"
+        )
+        self.say(
+            f"    total {ours:.2f} ms/call -> CPU-bound ceiling ~{cores * 1000 / ours:.0f} calls/s "
             f"on {cores} idle cores; whole machine was busy {machine * 1000 / calls:.1f} "
             f"ms/call, load average {self.load[0]:.1f} before / {os.getloadavg()[0]:.1f} after"
         )
@@ -384,10 +470,11 @@ class Bench:
         )
         return invariant and complete
 
-    def baseline(self, sandbox_url: str, tmp: Path, ours: float) -> None:
+    # long: run the baseline, then print its figures beside ours, one block
+    def baseline(self, sandbox_url: str, tmp: Path, ours: float, our_cpu: dict) -> None:
         opts = self.options
         self.say(
-            f"\nDBOS Transact baseline ({DBOS_DB}): {opts['calls']} three-step workflows on "
+            f"\nDBOS Transact baseline ({self.dbos_db}): {opts['calls']} three-step workflows on "
             f"{opts['baseline_threads']} threads, steps: {opts['baseline_steps']}"
         )
         try:
@@ -398,11 +485,12 @@ class Bench:
                 ".venv/bin/pip install -r requirements-bench.txt"
             )
             return
-        pgstats.recreate_database(self.dbos_url, DBOS_DB)
+        own_database(self.dbos_url, self.dbos_db, self.options["recreate"])
         out = tmp / "dbos.json"
         argv = [sys.executable, "-m", "bench.dbos_baseline", "--database-url", self.dbos_url]
         argv += ["--workflows", str(opts["calls"]), "--threads", str(opts["baseline_threads"])]
         argv += ["--steps", opts["baseline_steps"], "--sandbox-url", sandbox_url]
+        argv += ["--first-order", str(FIRST_ORDER), "--sandbox-pid", str(self.sandbox.pid)]
         argv += ["--out", str(out)]
         try:
             done = subprocess.run(
@@ -419,14 +507,33 @@ class Bench:
             self.say(f"  failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
             return
         b = json.loads(out.read_text())
-        db = b["db"]
+        db, n = b["db"], b["workflows"]
         self.say(
-            f"  {b['workflows_per_second']:.1f} workflows/s ({b['succeeded']}/{b['workflows']} "
+            f"  {b['workflows_per_second']:.1f} workflows/s ({b['succeeded']}/{n} "
             f"ok in {b['seconds']:.2f} s); per workflow (DBOS's pollers included): commits "
-            f"{db['xact_commit'] / b['workflows']:.2f}, rows inserted "
-            f"{db['tup_inserted'] / b['workflows']:.2f}, updated "
-            f"{db['tup_updated'] / b['workflows']:.2f}; process peak RSS "
+            f"{db['xact_commit'] / n:.2f}, rows inserted "
+            f"{db['tup_inserted'] / n:.2f}, updated "
+            f"{db['tup_updated'] / n:.2f}; process peak RSS "
             f"{b['peak_rss_kib'] / 1024:.0f} MB"
         )
+        theirs = {name: seconds * 1000 / n for name, seconds in b["cpu"].items()}
+        parts = ", ".join(f"{name} {ms:.2f}" for name, ms in theirs.items())
+        self.say(
+            f"  CPU ms/workflow per process: {parts} (postgres: the {b['backends']} backends of "
+            f"{self.dbos_db} only) -> total {sum(theirs.values()):.2f}"
+        )
+        effects = ledger(sandbox_url)
+        request_ids = {e["request_id"] for e in effects}
+        ok = len(effects) == n and len(request_ids) == n
+        self.say(
+            f"  invariant: sandbox ledger effects {len(effects)} (distinct request ids "
+            f"{len(request_ids)}) == workflows {n}: {'OK' if ok else 'VIOLATED'}"
+        )
         ratio = ours / b["workflows_per_second"] if b["workflows_per_second"] else float("nan")
-        self.say(f"  ratio (our calls/s / DBOS workflows/s): {ratio:.2f}")
+        self.say(f"  ratio (our calls/s / DBOS workflows/s, same run): {ratio:.2f}")
+        if our_cpu and theirs:
+            self.say(
+                f"  CPU per call / per workflow: {sum(our_cpu.values()):.2f} / "
+                f"{sum(theirs.values()):.2f} ms = "
+                f"{sum(our_cpu.values()) / sum(theirs.values()):.2f}"
+            )

@@ -1,0 +1,72 @@
+"""The runs app's hand-written SQL: the statements of the hottest write, appending events.
+
+Compiling the equivalent ORM queries cost several times more CPU than running them
+(bench_dispatch), so they are written out here, once. tests/test_runs_sql.py proves that they
+write exactly what the ORM writes (same rows, same hashes).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import connection
+
+from runs.models import Event, Run
+
+EVENT_FIELDS = Event._meta.concrete_fields
+_COLUMNS = ", ".join(field.column for field in EVENT_FIELDS)
+_ROW = f"({', '.join(['%s'] * len(EVENT_FIELDS))})"
+# The run's last event, and the id of the tool call's last event, in one statement (none
+# when the run has no event yet).
+_READ = (
+    "SELECT id, seq, hash, tool_call_id, (SELECT c.id FROM runs_event c"
+    " WHERE c.tool_call_id = %s ORDER BY c.seq DESC LIMIT 1)"
+    " FROM runs_event WHERE run_id = %s ORDER BY seq DESC LIMIT 1"
+)
+_LAST_OF_CALL = "SELECT id FROM runs_event WHERE tool_call_id = %s ORDER BY seq DESC LIMIT 1"
+
+
+def lock_and_read_head(run_id: str, tool_call_id: str) -> tuple[dict[str, Any] | None, str]:
+    """(the run's last event, the id of the tool call's last event), the run row locked.
+
+    The lock orders concurrent appends; the (run, seq) unique constraint is the backstop if
+    anything ever appends without it. It is its own statement: a read in the same statement
+    would see the snapshot from before the lock was granted, missing the event that the
+    previous holder just committed. SQLite has no row locks: the database lock serializes
+    its writers already."""
+    with connection.cursor() as cursor:
+        if connection.features.has_select_for_update:
+            cursor.execute("SELECT id FROM runs_run WHERE id = %s FOR UPDATE", [run_id])
+            if cursor.fetchone() is None:
+                raise Run.DoesNotExist(run_id)
+        # NULL matches no row: run-level events have no previous event of a call.
+        cursor.execute(_READ, [tool_call_id or None, run_id])
+        row = cursor.fetchone()
+    if row is None:
+        return None, ""
+    return dict(zip(("id", "seq", "hash", "tool_call_id"), row[:4], strict=True)), row[4] or ""
+
+
+def last_event_of_call(tool_call_id: str) -> str:
+    """The id of the tool call's last stored event ('' when none), for a run already locked."""
+    with connection.cursor() as cursor:
+        cursor.execute(_LAST_OF_CALL, [tool_call_id])
+        row = cursor.fetchone()
+    return row[0] if row else ""
+
+
+def insert_events(events: list[Event]) -> None:
+    """All of them in one INSERT."""
+    if not events:
+        return
+    values: list[Any] = []
+    for event in events:
+        values.extend(
+            field.get_db_prep_save(getattr(event, field.attname), connection)
+            for field in EVENT_FIELDS
+        )
+    statement = f"INSERT INTO runs_event ({_COLUMNS}) VALUES {', '.join([_ROW] * len(events))}"
+    with connection.cursor() as cursor:
+        cursor.execute(statement, values)
+    for event in events:
+        event._state.adding, event._state.db = False, connection.alias
