@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from console.views import approvals, desk, memory, ops, people, runs
+from console.views import approvals, channels, desk, memory, ops, people, runs
 
 runs_patterns = [
     path("", runs.run_list, name="list"),
@@ -47,5 +47,8 @@ ops_patterns = [
     path("eval-traces/export/", memory.eval_trace_export, name="eval_trace_export"),
     path("dashboard/", ops.dashboard, name="dashboard"),
     path("webhooks/", ops.webhook_deliveries, name="webhooks"),
+    path("channels/", channels.channel_list, name="channels"),
+    path("channels/add/", channels.channel_add, name="channel_add"),
+    path("channels/<str:channel_id>/stop/", channels.channel_deactivate, name="channel_deactivate"),
     path("metrics", ops.metrics_text, name="metrics"),
 ]

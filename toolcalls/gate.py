@@ -26,7 +26,7 @@ from runs.canonical import digest
 from runs.errors import DomainError, not_found
 from runs.models import Tenant, User
 from runs.services import actor_for_user
-from toolcalls import capabilities, errors, lifecycle, webhooks
+from toolcalls import capabilities, channels, errors, lifecycle, webhooks
 from toolcalls.capabilities import Capability
 from toolcalls.checks import arguments_check, business_check, edits_check
 from toolcalls.models import E, ToolCall
@@ -81,6 +81,7 @@ def tool_call_hold_for_approval(
         requested_by=requested_by,
     )
     logcontext.bind(approval_id=approval.pk)
+    channels.approval_requested(approval, call)
     lifecycle.run_wait_for_approval(
         run_id=call.run_id, approval_id=approval.pk, actor=actor, producer=producer
     )
