@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from console.views import approvals, channels, desk, memory, ops, people, runs
+from console.views import approvals, channels, desk, memory, ops, people, policies, runs
 
 runs_patterns = [
     path("", runs.run_list, name="list"),
@@ -38,6 +38,13 @@ desk_patterns = [
 people_patterns = [
     path("", people.people_list, name="list"),
     path("<str:username>/unlock/", people.unlock, name="unlock"),
+]
+
+policies_patterns = [
+    path("", policies.policy_list, name="list"),
+    path("<str:capability_id>/", policies.policy_detail, name="detail"),
+    path("<str:capability_id>/edit/", policies.policy_edit, name="edit"),
+    path("<str:capability_id>/try/", policies.policy_try, name="try"),
 ]
 
 # Admin pages and /metrics, at the site root.
