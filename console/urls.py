@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from console.views import approvals, channels, desk, memory, ops, people, policies, runs
+from console.views import access, approvals, channels, desk, memory, ops, people, policies, runs
 
 runs_patterns = [
     path("", runs.run_list, name="list"),
@@ -38,6 +38,9 @@ desk_patterns = [
 people_patterns = [
     path("", people.people_list, name="list"),
     path("<str:username>/unlock/", people.unlock, name="unlock"),
+    path("<str:username>/role/", access.change_role, name="role"),
+    path("keys/issue/", access.issue_key, name="issue_key"),
+    path("keys/<str:key_id>/revoke/", access.revoke_key, name="revoke_key"),
 ]
 
 policies_patterns = [
