@@ -14,7 +14,7 @@ from django import forms
 from approvals.conditions import ConditionError, parse
 from approvals.models import Policy
 from approvals.policy_edits import PolicyDraft
-from console.policy_text import is_money
+from console.policy_text import field_label, is_money
 from runs.models import Tenant
 from toolcalls import capabilities
 from toolcalls.models import ToolCall
@@ -53,7 +53,7 @@ def field_choices(capability_id: str) -> list[tuple[str, str]]:
     for name, spec in schema_fields(capability_id).items():
         if spec.get("type") in ("integer", "number", "string", "boolean"):
             unit = " ($)" if is_money(name) else ""
-            choices.append((name, f"{spec.get('title') or name}{unit}"))
+            choices.append((name, f"{field_label(capability_id, name)}{unit}"))
     return choices
 
 

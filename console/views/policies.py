@@ -169,6 +169,19 @@ def _try_args(request: HttpRequest) -> dict[str, Any]:
     return args
 
 
+def _form_problems(form: Any, rules: Any) -> list[dict[str, str]]:
+    """The form's errors as a list, for the try box (an htmx answer replaces only the box)."""
+    found = [
+        {"field": form.fields[name].label or name, "problem": " ".join(problems)}
+        for name, problems in form.errors.items()
+    ]
+    for number, row in enumerate(rules.forms, start=1):
+        for name, problems in row.errors.items():
+            label = row.fields[name].label if name in row.fields else name
+            found.append({"field": f"rule {number}, {label}", "problem": " ".join(problems)})
+    return found
+
+
 @require_POST
 @tenant_admin_required
 def policy_try(request: HttpRequest, capability_id: str) -> HttpResponse:
@@ -181,6 +194,7 @@ def policy_try(request: HttpRequest, capability_id: str) -> HttpResponse:
     try:
         args = _try_args(request)
         if not (form.is_valid() and rules.is_valid()):
+            outcome["details"] = _form_problems(form, rules)
             raise ValueError("Fix the rules marked below first; then try again.")
         draft = policy_draft(
             tenant=tenant, capability_id=capability_id, draft=policy_forms.draft_of(form, rules)
@@ -194,7 +208,8 @@ def policy_try(request: HttpRequest, capability_id: str) -> HttpResponse:
         outcome["draft_expiry"] = policy_text.duration(draft.expiry_seconds)
     except (ValueError, DomainError) as exc:
         outcome["problem"] = exc.message if isinstance(exc, DomainError) else str(exc)
-        outcome["details"] = exc.details if isinstance(exc, DomainError) else []
+        if isinstance(exc, DomainError):
+            outcome["details"] = exc.details
     if request.htmx:
         context = {"tried": outcome}
         return render(request, "console/policy_edit.html#try-result", context)
