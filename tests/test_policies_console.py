@@ -167,6 +167,7 @@ def test_trying_a_rule_saves_nothing_and_agrees_with_the_api_once_published(
     assert "Needs 2 approvers</strong>, by rule “big”" in page
     assert "would expire after 4 h 30 min" in page
     assert "Now (version 1)" in page and "by rule “refunds over $200”" in page
+    assert "“big”: Refunds with amount over $500.00 need 2 different approvers" in page
     assert not Policy.objects.exists()
     admin.post(f"/policies/{REFUND}/edit/", form)
     api = agent.post("/api/v1/policy/evaluate", {"capability": REFUND, "args": args}).json()

@@ -11,6 +11,7 @@ from typing import Any
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
+from django.db.models import OuterRef, Subquery
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
@@ -49,9 +50,16 @@ def _known(capability_id: str) -> str:
 @readers_only
 def policy_list(request: HttpRequest) -> HttpResponse:
     tenant = request.user.tenant
-    latest: dict[str, Policy] = {}
-    for policy in Policy.objects.filter(tenant=tenant).order_by("capability_id", "-version"):
-        latest.setdefault(policy.capability_id, policy)
+    # Only the newest version of each capability: one query however many versions there are.
+    newest = Policy.objects.filter(
+        tenant=OuterRef("tenant"), capability_id=OuterRef("capability_id")
+    ).order_by("-version")
+    latest = {
+        policy.capability_id: policy
+        for policy in Policy.objects.filter(
+            tenant=tenant, version=Subquery(newest.values("version")[:1])
+        )
+    }
     writes = {c.id for c in capabilities.REGISTRY.values() if c.kind == "write"}
     rows = []
     for capability_id in sorted(writes | set(latest)):
@@ -206,6 +214,7 @@ def policy_try(request: HttpRequest, capability_id: str) -> HttpResponse:
             tenant=tenant, capability_id=capability_id, args=args
         )
         outcome["draft_expiry"] = policy_text.duration(draft.expiry_seconds)
+        outcome["draft_lines"] = policy_text.policy_lines(draft)
     except (ValueError, DomainError) as exc:
         outcome["problem"] = exc.message if isinstance(exc, DomainError) else str(exc)
         if isinstance(exc, DomainError):

@@ -178,6 +178,7 @@ def test_an_admin_adds_a_channel_and_stops_it(admin_user: User, tenant: Tenant) 
     assert (channel.kind, channel.event_types) == ("slack", CHAT_EVENTS[:2])
     page = client.get("/channels/").content.decode()
     assert "new approvals, escalations" in page and "hooks.example.com" in page
+    assert "T1/B2" not in page  # the URL is the channel's credential: shown masked
     assert client.post(f"/channels/{channel.pk}/stop/").status_code == 302
     assert not Webhook.objects.get(pk=channel.pk).active
 
