@@ -203,3 +203,29 @@ def test_another_tenants_call_cannot_be_tried(
     ToolCall.objects.filter(pk=theirs).update(tenant=other_tenant)  # as if globex had proposed it
     form = edit_form([TWO_APPROVERS_OVER_500]) | {"try_call": theirs}
     assert admin.post(f"/policies/{REFUND}/try/", form).status_code == 404
+
+
+def queries_for(client: Client, path: str) -> int:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as captured:
+        assert client.get(path).status_code == 200
+    return len(captured)
+
+
+def test_the_pages_ask_the_database_as_often_with_many_versions(
+    admin: Client, tenant: Tenant
+) -> None:
+    def publish(versions: range) -> None:
+        for version in versions:
+            for capability in (REFUND, "reserve-stock-v1"):
+                Policy.objects.create(
+                    tenant=tenant, capability_id=capability, version=version, rules=[]
+                )
+
+    publish(range(1, 3))
+    few = {path: queries_for(admin, path) for path in ("/policies/", f"/policies/{REFUND}/")}
+    publish(range(3, 13))
+    many = {path: queries_for(admin, path) for path in ("/policies/", f"/policies/{REFUND}/")}
+    assert few == many
