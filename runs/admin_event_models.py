@@ -35,3 +35,18 @@ class AdminEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.event_type} {self.subject} by {self.actor}"
+
+    @property
+    def in_words(self) -> str:
+        """What changed, as the people page lists it."""
+        payload, name = self.payload, self.subject.partition(":")[2]
+        if self.event_type == "user.role_changed":
+            return f"{name}: role {payload['from']} → {payload['to']}"
+        if self.event_type == "policy.published":
+            return f"{payload['capability']}: version {payload['version']} published"
+        if self.event_type == "api_key.issued":
+            scopes = ", ".join(payload["scopes"]) or "no scopes"
+            return f"key {payload['name']} ({name}) issued, scopes {scopes}"
+        if self.event_type == "api_key.revoked":
+            return f"key {payload['name']} ({name}) revoked"
+        return f"{self.event_type} {self.subject}"

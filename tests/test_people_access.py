@@ -31,6 +31,7 @@ def test_an_admin_makes_a_viewer_an_approver_and_it_is_recorded(
     )
     page = admin.get("/people/").content.decode()
     assert 'id="role-victor"' in page and '<option value="approver" selected>' in page
+    assert "victor: role viewer → approver" in page  # under "Recent changes"
 
 
 def test_an_admin_cannot_drop_their_own_admin_role(admin: Client, admin_user: User) -> None:

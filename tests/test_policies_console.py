@@ -99,6 +99,7 @@ def test_publishing_writes_the_next_version_and_an_admin_event(
     assert "Refunds with amount over $500.00 need 2 different approvers" in page
     assert 'class="diff-removed"' in page and 'class="diff-added"' in page
     assert "expire after 4 h 30 min" in page
+    assert f"{REFUND}: version 2 published" in admin.get("/people/").content.decode()
 
 
 def test_the_same_policy_again_publishes_nothing(admin: Client, tenant: Tenant) -> None:

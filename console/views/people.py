@@ -14,7 +14,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from runs import lockout
 from runs.errors import DomainError
-from runs.models import ApiKey, User
+from runs.models import AdminEvent, ApiKey, User
 from runs.permissions import tenant_admin_required
 from runs.scopes import known_scopes
 
@@ -27,6 +27,10 @@ class LoginView(auth_views.LoginView):
         context["attempts_left"] = lockout.attempts_left(self.request)
         context["cooloff_minutes"] = lockout.cooloff_minutes(self.request)
         return context
+
+
+# Admin events listed on the page, newest first (the rest stay in the table).
+RECENT_CHANGES = 20
 
 
 @require_GET
@@ -48,6 +52,7 @@ def people_page(request: HttpRequest, status: int = 200, **extra: Any) -> HttpRe
     context = {
         "people": people,
         "keys": keys,
+        "changes": AdminEvent.objects.filter(tenant=tenant)[:RECENT_CHANGES],
         "roles": User.Role.choices,
         "known_scopes": known_scopes(),
         **extra,
