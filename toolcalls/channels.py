@@ -20,7 +20,7 @@ from django.urls import reverse
 from approvals import notifications
 from approvals.models import Approval
 from runs.errors import DomainError, not_found
-from runs.models import Tenant, User
+from runs.models import Event, Run, Tenant, User
 from toolcalls import capabilities, errors, webhooks
 from toolcalls.envelope import tool_call_out
 from toolcalls.models import ToolCall
@@ -134,6 +134,28 @@ def desk_item_added(call: ToolCall, *, event_id: str, reason: str = "") -> None:
         ),
         tool_call_id=call.pk,
         run_id=call.run_id,
+    )
+
+
+def desk_run_added(run: Run, *, reason: str) -> None:
+    """A run was handed to a person (an approval expired under a hand-to-human policy, or the
+    agent finished with outcomes unknown): it is on the desk, in the same transaction."""
+    link = page_link("runs:detail", run.pk)
+    # The id of the run's latest event, the hand-over just appended: what receivers dedupe by.
+    event_id = Event.objects.filter(run=run).order_by("-seq").values_list("id", flat=True)[0]
+    webhooks.webhooks_enqueue(
+        tenant_id=run.tenant_id,
+        event_type=EventType.DESK_ITEM_ADDED,
+        event_id=event_id,
+        data=lambda: {"url": link, "run_id": run.pk, "title": run.title, "reason": reason},
+        message=lambda: chat_message(
+            headline="A run needs a person on the unknowns desk",
+            summary=run.title,
+            facts=[f"Why: {reason or 'its outcome is unknown'}", f"Run {run.pk}"],
+            link=link,
+            label="Open the run",
+        ),
+        run_id=run.pk,
     )
 
 

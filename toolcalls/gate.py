@@ -194,9 +194,14 @@ def tool_call_follow_approval(
                 call, "expire", actor=actor, producer=producer, reason=approval_errors.EXPIRED
             )
         if approval.policy.on_expiry == Policy.OnExpiry.HAND_TO_HUMAN:
-            lifecycle.run_hand_to_human(
-                run_id=call.run_id, actor=actor, producer=producer, reason=f"{approval.pk} expired"
+            reason = f"{approval.pk} expired"
+            run = lifecycle.run_hand_to_human(
+                run_id=call.run_id, actor=actor, producer=producer, reason=reason
             )
+            if run is not None:
+                # Not when a call's hand-over moves the run (reconcile.py): that call's own
+                # desk item is the message.
+                channels.desk_run_added(run, reason=reason)
             return
     else:
         return

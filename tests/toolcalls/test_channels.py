@@ -131,6 +131,48 @@ def test_a_call_handed_to_a_person_posts_a_link_to_its_desk_item(
     assert_never_an_action(message)
 
 
+def test_a_run_handed_to_a_person_at_expiry_posts_a_link_to_the_run(
+    agent: ApiClient,
+    tenant: Tenant,
+    channel: Webhook,
+    webhook_receiver: WebhookReceiver,
+    sandbox: Sandbox,
+) -> None:
+    from approvals.models import Approval
+    from toolcalls import gate
+
+    Policy.objects.create(
+        tenant=tenant,
+        capability_id="refund-order-v2",
+        version=1,
+        rules=[{"name": "all", "when": "amount_cents > 0", "approvers": 1}],
+        on_expiry="hand_to_human",
+    )
+    call = propose(agent, BIG_REFUND)
+    Approval.objects.filter(tool_call_id=call["tool_call_id"]).update(
+        expires_at="2000-01-01T00:00:00Z"
+    )
+    gate.approvals_expire_due()
+    run_due()
+    (message,) = [m for m in webhook_receiver.events() if "run needs a person" in m["text"]]
+    assert f"https://console.acme.example/runs/{call['run_id']}/" in message["text"]
+    assert_never_an_action(message)
+    delivery = WebhookDelivery.objects.get(event_type="desk.item_added")
+    assert (delivery.run_id, delivery.state) == (call["run_id"], "delivered")
+
+
+def test_a_run_finished_with_an_unknown_outcome_posts_once(
+    agent: ApiClient, channel: Webhook, webhook_receiver: WebhookReceiver, sandbox: Sandbox
+) -> None:
+    call = unknown_call(agent, sandbox)
+    response = agent.post(f"/api/v1/runs/{call.run_id}/complete", {})
+    assert response.status_code == 200, response.json()
+    assert response.json()["state"] == "needs_human"
+    delivery = WebhookDelivery.objects.get(event_type="desk.item_added")
+    assert (delivery.run_id, delivery.tool_call_id) == (call.run_id, "")
+    assert "run needs a person" in json.loads(delivery.body)["text"]
+
+
 def test_a_failing_receiver_is_tried_again_and_the_log_shows_both_attempts(
     agent: ApiClient,
     admin_user: User,
