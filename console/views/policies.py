@@ -17,7 +17,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from approvals.models import Policy
-from approvals.policies import policy_preview
+from approvals.policies import policy_default, policy_preview
 from approvals.policy_edits import policy_draft, policy_publish
 from console import policy_forms, policy_text
 from runs.errors import DomainError
@@ -63,7 +63,7 @@ def policy_list(request: HttpRequest) -> HttpResponse:
     writes = {c.id for c in capabilities.REGISTRY.values() if c.kind == "write"}
     rows = []
     for capability_id in sorted(writes | set(latest)):
-        policy = latest.get(capability_id) or policy_preview(tenant, capability_id)
+        policy = latest.get(capability_id) or policy_default(tenant, capability_id)
         rows.append(
             {
                 "capability": capabilities.get(capability_id),
