@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import secrets
 from functools import partial
+from urllib.parse import urlsplit
 
 from django.core.exceptions import ValidationError
 from django.db import models
@@ -59,6 +60,16 @@ class Webhook(models.Model):
 
     def __str__(self) -> str:
         return f"{self.id} {self.url}"
+
+    @property
+    def shown_url(self) -> str:
+        """The URL as pages show it. A chat channel's incoming-webhook URL is its own
+        credential (whoever has it can post to the channel): only its host and last
+        characters. A signed webhook's URL is not; its secret is elsewhere."""
+        if self.kind != self.Kind.SLACK or len(self.url) <= 24:
+            return self.url
+        parts = urlsplit(self.url)
+        return f"{parts.scheme}://{parts.netloc}/…{self.url[-4:]}"
 
     def clean(self) -> None:
         unknown = set(self.event_types or []) - set(self.EventType.values)

@@ -3,8 +3,6 @@ Slack-compatible incoming webhook and one to stop sending to it (toolcalls/chann
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
-
 from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
@@ -16,19 +14,12 @@ from toolcalls import channels
 from toolcalls.webhook_models import Webhook
 
 
-def masked(url: str) -> str:
-    """An incoming-webhook URL is its own credential (anyone with it can post to the
-    channel): the page shows its host and last characters only."""
-    parts = urlsplit(url)
-    return f"{parts.scheme}://{parts.netloc}/…{url[-4:]}" if len(url) > 24 else url
-
-
 def _page(
     request: HttpRequest, *, refusal: DomainError | None = None, status: int = 200
 ) -> HttpResponse:
     context = {
         "channels": [
-            (channel, channels.describe(channel.event_types), masked(channel.url))
+            (channel, channels.describe(channel.event_types))
             for channel in channels.channel_list(tenant=request.user.tenant)
         ],
         "chat_events": [(event, channels.describe([event])) for event in Webhook.CHAT_EVENT_TYPES],

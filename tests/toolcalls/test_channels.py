@@ -188,6 +188,8 @@ def test_a_failing_receiver_is_tried_again_and_the_log_shows_both_attempts(
     assert first.body == second.body
     page = logged_in(admin_user).get("/webhooks/").content.decode()
     assert "approval.requested" in page and "HTTP 503" in page and "delivered" in page
+    assert channel.url not in page  # the channel's URL is its credential: shown masked
+    assert channel.shown_url in page
 
 
 def test_markup_in_the_arguments_stays_text(
