@@ -11,6 +11,7 @@ from django.http import HttpRequest
 from approvals.models import Approval, ApprovalDecision, Notification, Policy
 from approvals.policies import validate_rules
 from runs.admin import ReadOnlyAdmin
+from runs.admin_events import admin_event_append
 
 
 class PolicyForm(forms.ModelForm):
@@ -58,6 +59,23 @@ class PolicyAdmin(admin.ModelAdmin):
             obj.version = (latest or 0) + 1
             obj.created_by = f"user:{request.user.username}"
             obj.save()
+            # Recorded like the console's edits (approvals/policy_edits.py), in this transaction.
+            admin_event_append(
+                tenant=obj.tenant,
+                event_type="policy.published",
+                subject=f"policy:{obj.capability_id}",
+                payload={
+                    "capability": obj.capability_id,
+                    "version": obj.version,
+                    "from_version": latest or 0,
+                    "rules": obj.rules,
+                    "expiry_seconds": obj.expiry_seconds,
+                    "on_expiry": obj.on_expiry,
+                    "escalation_group": obj.escalation_group,
+                    "escalate_before_seconds": obj.escalate_before_seconds,
+                },
+                by=request.user,
+            )
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False

@@ -8,5 +8,6 @@ class ApprovalsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        # Registers the event schemas and the projection of approvals.
-        from approvals import event_types, projections  # noqa: F401
+        # Registers the event schemas (policy.published is with its write path) and the
+        # projection of approvals.
+        from approvals import event_types, policy_edits, projections  # noqa: F401

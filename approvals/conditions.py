@@ -56,7 +56,15 @@ def _check(node: ast.AST) -> None:
         for value in [node.left, *node.comparators]:
             _check_value(value)
     else:
-        raise ConditionError(f"{type(node).__name__} is not allowed in a condition")
+        raise not_allowed(node)
+
+
+def not_allowed(node: ast.AST) -> ConditionError:
+    # Said in the words of the language, quoting what was written (`amount * 2`), not the
+    # parser's node name.
+    return ConditionError(
+        f"a condition can compare a field with a value; `{ast.unparse(node)}` is not allowed"
+    )
 
 
 def _check_value(node: ast.AST) -> None:
@@ -74,7 +82,7 @@ def _check_value(node: ast.AST) -> None:
         return
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
         return _check_value(node.operand)
-    raise ConditionError(f"{type(node).__name__} is not allowed as a value")
+    raise not_allowed(node)
 
 
 def evaluate(condition: str, args: dict[str, Any]) -> bool:

@@ -17,3 +17,8 @@ NOT_APPROVED = "approval.not_approved"  # dispatch found the call's approval not
 EDIT_NOT_ALLOWED = "approval.edit_not_allowed"  # an edit of a field the contract fixes
 CHECK_FAILED = "approval.check_failed"  # the call would fail its business check now
 PREVIEW_STALE = "approval.preview_stale"  # a confirm step for an edit previewed on another version
+# Policies edited in the console (approvals/policy_edits.py).
+POLICY_FORBIDDEN = "policy.forbidden"  # only the tenant's admins publish policies
+POLICY_INVALID = "policy.invalid"  # a rule, an expiry or an escalation it cannot take
+POLICY_CONDITION_NOT_ALLOWED = "policy.condition_not_allowed"  # not a comparison of a field
+POLICY_STALE = "policy.stale"  # another version was published since the form was opened

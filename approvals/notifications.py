@@ -24,6 +24,7 @@ nobody is recorded as unresolved in the `approval.escalated` event.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import timedelta
 
 from django.conf import settings
@@ -45,6 +46,17 @@ ESCALATION_TASK = "approvals.send_escalation"
 # A send is the task's to finish until then. Celery's hard time limit ends any task sooner,
 # so a claim older than that belongs to a worker that died mid-send.
 SEND_LEASE = timedelta(seconds=settings.CELERY_TASK_TIME_LIMIT + 10)
+
+# Who else hears of an escalation, in its transaction: toolcalls registers its chat channels
+# here (toolcalls/channels.py), since this layer may not import the one above it.
+_escalation_listeners: list[Callable[[Approval], None]] = []
+
+
+def on_escalation(listener: Callable[[Approval], None]) -> None:
+    """Call `listener(approval)` in the transaction that records each escalation."""
+    if listener not in _escalation_listeners:
+        _escalation_listeners.append(listener)
+
 
 # What a send did: the task marks its outbox message done unless another delivery is sending.
 SENT, ALREADY_SENT, NOTHING_TO_SEND, BEING_SENT = "sent", "already_sent", "nothing", "busy"
@@ -200,6 +212,8 @@ def approvals_escalate_due(*, limit: int = 200) -> int:
                     subject=f"Escalation: approval {approval.pk} expires soon",
                 )
                 outbox.enqueue(ESCALATION_TASK, approval.pk)
+            for listener in _escalation_listeners:
+                listener(approval)
         if unresolved:
             log.warning("escalation of %s: %s named nobody", approval.pk, ", ".join(unresolved))
         escalated += 1

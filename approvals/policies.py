@@ -115,8 +115,11 @@ def policy_preview(tenant: Tenant, capability_id: str) -> Policy:
         .order_by("-version")
         .first()
     )
-    if policy is not None:
-        return policy
+    return policy if policy is not None else policy_default(tenant, capability_id)
+
+
+def policy_default(tenant: Tenant, capability_id: str) -> Policy:
+    """Version 1 as the first proposal would write it, unsaved."""
     rules = DEFAULTS.get(capability_id, {}).get("rules", [])
     return Policy(tenant=tenant, capability_id=capability_id, version=1, rules=rules)
 

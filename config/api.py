@@ -16,6 +16,7 @@ from runs import errors, logcontext
 from runs.errors import DomainError
 from runs.models import ApiKey
 from runs.selectors import api_key_authenticate
+from runs.services import api_key_mark_used
 
 
 class ApiKeyAuth(HttpBearer):
@@ -23,6 +24,7 @@ class ApiKeyAuth(HttpBearer):
         key = api_key_authenticate(token)
         if key is not None:
             logcontext.bind(tenant=key.tenant.slug)
+            api_key_mark_used(key)
         return key
 
 

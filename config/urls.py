@@ -17,6 +17,7 @@ urlpatterns = [
     path("approvals/", include((console.approvals_patterns, "approvals"))),
     path("desk/", include((console.desk_patterns, "desk"))),
     path("people/", include((console.people_patterns, "people"))),
+    path("policies/", include((console.policies_patterns, "policies"))),
     path("", include((console.ops_patterns, "ops"))),
     path("api/v1/", api.urls),
     path("admin/", admin.site.urls),

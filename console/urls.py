@@ -4,7 +4,18 @@ from __future__ import annotations
 
 from django.urls import path
 
-from console.views import approval_edit, approvals, desk, memory, ops, people, runs
+from console.views import (
+    access,
+    approval_edit,
+    approvals,
+    channels,
+    desk,
+    memory,
+    ops,
+    people,
+    policies,
+    runs,
+)
 
 runs_patterns = [
     path("", runs.run_list, name="list"),
@@ -41,6 +52,16 @@ desk_patterns = [
 people_patterns = [
     path("", people.people_list, name="list"),
     path("<str:username>/unlock/", people.unlock, name="unlock"),
+    path("<str:username>/role/", access.change_role, name="role"),
+    path("keys/issue/", access.issue_key, name="issue_key"),
+    path("keys/<str:key_id>/revoke/", access.revoke_key, name="revoke_key"),
+]
+
+policies_patterns = [
+    path("", policies.policy_list, name="list"),
+    path("<str:capability_id>/", policies.policy_detail, name="detail"),
+    path("<str:capability_id>/edit/", policies.policy_edit, name="edit"),
+    path("<str:capability_id>/try/", policies.policy_try, name="try"),
 ]
 
 # Admin pages and /metrics, at the site root.
@@ -50,5 +71,8 @@ ops_patterns = [
     path("eval-traces/export/", memory.eval_trace_export, name="eval_trace_export"),
     path("dashboard/", ops.dashboard, name="dashboard"),
     path("webhooks/", ops.webhook_deliveries, name="webhooks"),
+    path("channels/", channels.channel_list, name="channels"),
+    path("channels/add/", channels.channel_add, name="channel_add"),
+    path("channels/<str:channel_id>/stop/", channels.channel_deactivate, name="channel_deactivate"),
     path("metrics", ops.metrics_text, name="metrics"),
 ]

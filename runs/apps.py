@@ -8,5 +8,5 @@ class RunsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        # Registers the event schemas and the projections of this app.
-        from runs import event_types, projections  # noqa: F401
+        # Registers the event schemas (of runs and of administration) and the projections.
+        from runs import admin_events, event_types, projections  # noqa: F401

@@ -36,6 +36,7 @@ RESOURCE_NOT_FOUND = "resource.not_found"  # missing, or another tenant's: the s
 TENANT_EXISTS = "tenant.exists"
 USER_EXISTS = "user.exists"
 USER_INVALID_ROLE = "user.invalid_role"
+USER_OWN_ROLE = "user.own_role"  # an admin taking their own admin role away
 IDEMPOTENCY_CONFLICT = "idempotency.conflict"  # a key used before with another body
 RUN_CLOSED = "run.closed"  # the run takes no new calls or decisions
 RUN_INVALID_STATE = "run.invalid_state"  # a transition its state does not allow

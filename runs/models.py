@@ -12,6 +12,9 @@ from django.utils import timezone
 from django_fsm import FSMField, FSMModelMixin, transition
 
 from runs import scopes as key_scopes
+
+# Registered with this app; kept in their own module (written by runs/admin_events.py).
+from runs.admin_event_models import AdminEvent  # noqa: F401
 from runs.ids import new_id
 
 
@@ -66,6 +69,8 @@ class ApiKey(models.Model):
     # From then on the key is refused like a revoked one; empty: it does not expire.
     expires_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    # When an agent last authenticated with it, to the minute (runs/services.api_key_mark_used).
+    last_used_at = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:
         return f"{self.id} ({self.name})"

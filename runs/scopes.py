@@ -51,3 +51,11 @@ def scope_problem(scope: str) -> str | None:
         f"id, a permission such as {min(permissions, default='payments.refund')!r}, a group "
         "such as 'payments.*', or '*' for every capability."
     )
+
+
+def known_scopes() -> list[str]:
+    """Every scope a key may name, for a form to offer: `*`, each permission group and
+    permission, each capability id, then the read scopes."""
+    permissions = sorted(set(_CAPABILITIES.values()))
+    groups = sorted({permission.split(".")[0] + ".*" for permission in permissions})
+    return [EVERY_CAPABILITY, *groups, *permissions, *sorted(_CAPABILITIES), *sorted(_READ_SCOPES)]

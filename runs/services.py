@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import IntegrityError, transaction
 
 from runs import errors, events, logcontext, transitions
+from runs.admin_events import admin_event_append
 from runs.canonical import digest
 from runs.errors import DomainError, not_found
 from runs.event_types import RUN_TRANSITION_EVENTS
@@ -60,9 +61,11 @@ def api_key_issue(
     scopes: Sequence[str],
     principal: User | None = None,
     expires_at: datetime | None = None,
+    by: User | None = None,
 ) -> tuple[ApiKey, str]:
     """Create a key and return it with its token, which is never shown again. `scopes` are
-    what it may propose (runs/scopes.py; `["*"]` for everything, `[]` for nothing)."""
+    what it may propose (runs/scopes.py; `["*"]` for everything, `[]` for nothing). An
+    admin's key (`by`) is recorded as an `api_key.issued` admin event with it."""
     scopes = list(dict.fromkeys(scopes))  # each once, in the order given
     problems = [problem for scope in scopes if (problem := scope_problem(scope))]
     if problems:
@@ -74,22 +77,91 @@ def api_key_issue(
             status=422,
         )
     secret = secrets.token_urlsafe(32)
-    key = ApiKey.objects.create(
-        tenant=tenant,
-        name=name,
-        principal=principal,
-        scopes=scopes,
-        expires_at=expires_at,
-        secret_hash=hash_secret(secret),
-    )
+    with transaction.atomic():
+        key = ApiKey.objects.create(
+            tenant=tenant,
+            name=name,
+            principal=principal,
+            scopes=scopes,
+            expires_at=expires_at,
+            secret_hash=hash_secret(secret),
+        )
+        if by is not None:
+            admin_event_append(
+                tenant=tenant,
+                event_type="api_key.issued",
+                subject=f"api_key:{key.pk}",
+                payload={
+                    "name": name,
+                    "scopes": scopes,
+                    "principal": principal.username if principal else "",
+                    "expires_at": expires_at.isoformat() if expires_at else None,
+                },
+                by=by,
+            )
     return key, f"{key.pk}.{secret}"
 
 
-def api_key_revoke(*, api_key: ApiKey) -> ApiKey:
-    if api_key.revoked_at is None:
-        api_key.revoked_at = datetime.now(UTC)
-        api_key.save(update_fields=["revoked_at"])
+def api_key_revoke(*, api_key: ApiKey, by: User | None = None) -> ApiKey:
+    """Refuse the key from now on. An admin's revocation (`by`) is recorded as an
+    `api_key.revoked` admin event in the same transaction; revoking twice records once."""
+    with transaction.atomic():
+        revoked = ApiKey.objects.filter(pk=api_key.pk, revoked_at=None).update(
+            revoked_at=datetime.now(UTC)
+        )
+        if revoked and by is not None:
+            admin_event_append(
+                tenant=api_key.tenant,
+                event_type="api_key.revoked",
+                subject=f"api_key:{api_key.pk}",
+                payload={"name": api_key.name},
+                by=by,
+            )
+    api_key.refresh_from_db(fields=["revoked_at"])
     return api_key
+
+
+# How stale `last_used_at` may be: one write a minute per key at most, not one per request.
+KEY_USE_RESOLUTION = timedelta(minutes=1)
+
+
+def api_key_mark_used(api_key: ApiKey) -> None:
+    now = datetime.now(UTC)
+    if api_key.last_used_at is not None and now - api_key.last_used_at < KEY_USE_RESOLUTION:
+        return  # recorded recently enough: no query at all
+    ApiKey.objects.filter(pk=api_key.pk).update(last_used_at=now)
+    api_key.last_used_at = now
+
+
+def user_change_role(*, tenant: Tenant, username: str, role: str, by: User) -> User:
+    """Give a person of `tenant` another role, recorded as a `user.role_changed` admin event in
+    the same transaction. An admin cannot take their own admin role away: a tenant is never
+    left with nobody to manage it by the person managing it."""
+    if role not in User.Role.values:
+        raise DomainError(
+            errors.USER_INVALID_ROLE, f"Role must be one of {', '.join(User.Role.values)}."
+        )
+    with transaction.atomic():
+        person = User.objects.select_for_update().filter(tenant=tenant, username=username).first()
+        if person is None:
+            raise not_found("person", username)
+        if person.pk == by.pk and role != User.Role.ADMIN:
+            raise DomainError(
+                errors.USER_OWN_ROLE,
+                "You cannot take away your own admin role; ask another admin of the tenant.",
+            )
+        if person.role == role:
+            return person
+        admin_event_append(
+            tenant=tenant,
+            event_type="user.role_changed",
+            subject=f"user:{person.username}",
+            payload={"from": person.role, "to": role},
+            by=by,
+        )
+        person.role = role
+        person.save(update_fields=["role"])
+    return person
 
 
 # --- runs -----------------------------------------------------------------------------------

@@ -55,6 +55,7 @@ DESK_REASON_REQUIRED = "desk.reason_required"
 DESK_IT_HAPPENED = "desk.it_happened"
 DESK_TOO_EARLY = "desk.too_early"
 DESK_UNKNOWNS_LEFT = "desk.unknowns_left"
+CHANNEL_INVALID = "channel.invalid"  # a chat channel's URL or events it cannot take
 
 # Errors that prove the operation was not executed: a person may send it again.
 NOT_EXECUTED = frozenset(

@@ -26,7 +26,7 @@ from runs.canonical import digest
 from runs.errors import DomainError, not_found
 from runs.models import Tenant, User
 from runs.services import actor_for_user
-from toolcalls import capabilities, errors, lifecycle, webhooks
+from toolcalls import capabilities, channels, errors, lifecycle, webhooks
 from toolcalls.capabilities import Capability
 from toolcalls.checks import arguments_check, business_check, edits_check
 from toolcalls.models import E, ToolCall
@@ -86,6 +86,7 @@ def tool_call_hold_for_approval(
         requested_by=requested_by,
     )
     logcontext.bind(approval_id=approval.pk)
+    channels.approval_requested(approval, call)
     lifecycle.run_wait_for_approval(
         run_id=call.run_id, approval_id=approval.pk, actor=actor, producer=producer
     )
@@ -200,9 +201,14 @@ def tool_call_follow_approval(
                 call, "expire", actor=actor, producer=producer, reason=approval_errors.EXPIRED
             )
         if approval.policy.on_expiry == Policy.OnExpiry.HAND_TO_HUMAN:
-            lifecycle.run_hand_to_human(
-                run_id=call.run_id, actor=actor, producer=producer, reason=f"{approval.pk} expired"
+            reason = f"{approval.pk} expired"
+            run = lifecycle.run_hand_to_human(
+                run_id=call.run_id, actor=actor, producer=producer, reason=reason
             )
+            if run is not None:
+                # Not when a call's hand-over moves the run (reconcile.py): that call's own
+                # desk item is the message.
+                channels.desk_run_added(run, reason=reason)
             return
     else:
         return

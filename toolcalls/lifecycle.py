@@ -15,7 +15,7 @@ from approvals.services import approval_transition
 from runs.errors import RUN_INVALID_STATE, RUN_WORK_IN_FLIGHT, DomainError, not_found
 from runs.models import Run, Tenant
 from runs.services import run_transition
-from toolcalls import errors
+from toolcalls import channels, errors
 from toolcalls.models import ToolCall
 from toolcalls.writes import tool_call_transition
 
@@ -36,10 +36,12 @@ def run_wait_for_approval(*, run_id: str, approval_id: str, actor: str, producer
         )
 
 
-def run_hand_to_human(*, run_id: str, actor: str, producer: str, reason: str) -> None:
+def run_hand_to_human(*, run_id: str, actor: str, producer: str, reason: str) -> Run | None:
+    """The run waits for a person; returns it, or None when it was not active or waiting."""
     run = run_lock(run_id)
-    if run.state in (Run.State.ACTIVE, Run.State.WAITING):
-        run_transition(run, "hand_to_human", actor=actor, producer=producer, reason=reason)
+    if run.state not in (Run.State.ACTIVE, Run.State.WAITING):
+        return None
+    return run_transition(run, "hand_to_human", actor=actor, producer=producer, reason=reason)
 
 
 def run_resume_if_unblocked(*, run_id: str, actor: str, producer: str) -> None:
@@ -145,4 +147,7 @@ def run_finish(
         action = "complete"
     if run.state == Run.State.WAITING and action != "hand_to_human":
         run_transition(run, "resume", actor=actor, producer="api", reason="finishing")
-    return run_transition(run, action, actor=actor, producer="api", reason=reason)
+    run = run_transition(run, action, actor=actor, producer="api", reason=reason)
+    if action == "hand_to_human":
+        channels.desk_run_added(run, reason=reason)
+    return run

@@ -9,6 +9,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from approvals.models import Policy
 from approvals.policies import policy_preview, requirement
 from runs import events
 from runs.canonical import digest
@@ -96,16 +97,19 @@ def tool_call_propose(
     return call, True
 
 
-def tool_call_evaluate_policy(*, tenant: Tenant, capability_id: str, args: Any) -> dict:
+def tool_call_evaluate_policy(
+    *, tenant: Tenant, capability_id: str, args: Any, policy: Policy | None = None
+) -> dict:
     """A dry run of the policy for a proposal of these arguments now: would people have to
     approve it, by which rule, how many, and until when. It writes nothing (not even the
     default policy a first proposal writes) and reads no external system: the business check
-    runs only when the call is proposed."""
+    runs only when the call is proposed. `policy` is an unsaved draft to judge by instead of
+    the current version (the console's "try this rule"), so both answer with this code."""
     capability = _capability(capability_id)
     problems = capability.validate(args)
     if problems:
         raise invalid(problems)
-    policy = policy_preview(tenant, capability.id)
+    policy = policy or policy_preview(tenant, capability.id)
     needed = requirement(policy, args, capability.risk)
     asks = needed.approvers > 0
     return {

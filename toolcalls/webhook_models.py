@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import secrets
 from functools import partial
+from urllib.parse import urlsplit
 
 from django.core.exceptions import ValidationError
 from django.db import models
@@ -20,17 +21,37 @@ def new_secret() -> str:
 
 class Webhook(models.Model):
     """Where a tenant wants to hear about decided approvals and calls that reached a terminal
-    status: a URL, the event types, and the secret each delivery is signed with."""
+    status: a URL, the event types, and the secret each delivery is signed with.
+
+    A `slack` channel is a Slack-compatible incoming webhook: it gets a chat message (the
+    plain-words summary and a link, toolcalls/channels.py) about new approvals, escalations
+    and desk items instead of the signed JSON envelope."""
+
+    class Kind(models.TextChoices):
+        SIGNED = "signed", "Signed JSON webhook"
+        SLACK = "slack", "Slack-compatible incoming webhook"
 
     class EventType(models.TextChoices):
         APPROVAL_DECIDED = "approval.decided"
         TOOL_CALL_TERMINAL = "tool_call.terminal"
+        # What people are asked to look at: what a chat channel is for.
+        APPROVAL_REQUESTED = "approval.requested"
+        APPROVAL_ESCALATED = "approval.escalated"
+        DESK_ITEM_ADDED = "desk.item_added"
+
+    # The events a chat message exists for (toolcalls/channels.py writes one for each).
+    CHAT_EVENT_TYPES = (
+        EventType.APPROVAL_REQUESTED,
+        EventType.APPROVAL_ESCALATED,
+        EventType.DESK_ITEM_ADDED,
+    )
 
     id = models.CharField(
         primary_key=True, max_length=40, default=partial(new_id, "whk"), editable=False
     )
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="webhooks")
     url = models.URLField(max_length=500)
+    kind = models.CharField(max_length=20, choices=Kind.choices, default=Kind.SIGNED)
     # Kept as written: the receiver checks the HMAC with the same secret.
     secret = models.CharField(max_length=100, default=new_secret)
     event_types = models.JSONField(default=list)
@@ -40,11 +61,25 @@ class Webhook(models.Model):
     def __str__(self) -> str:
         return f"{self.id} {self.url}"
 
+    @property
+    def shown_url(self) -> str:
+        """The URL as pages show it. A chat channel's incoming-webhook URL is its own
+        credential (whoever has it can post to the channel): only its host and last
+        characters. A signed webhook's URL is not; its secret is elsewhere."""
+        if self.kind != self.Kind.SLACK or len(self.url) <= 24:
+            return self.url
+        parts = urlsplit(self.url)
+        return f"{parts.scheme}://{parts.netloc}/…{self.url[-4:]}"
+
     def clean(self) -> None:
         unknown = set(self.event_types or []) - set(self.EventType.values)
         if not isinstance(self.event_types, list) or unknown or not self.event_types:
             raise ValidationError(
                 {"event_types": f"A non-empty list of: {', '.join(self.EventType.values)}."}
+            )
+        if self.kind == self.Kind.SLACK and set(self.event_types) - set(self.CHAT_EVENT_TYPES):
+            raise ValidationError(
+                {"event_types": f"A chat channel hears of: {', '.join(self.CHAT_EVENT_TYPES)}."}
             )
 
 

@@ -66,28 +66,40 @@ def webhooks_enqueue(
     data: Callable[[], dict[str, Any]],
     tool_call_id: str = "",
     run_id: str = "",
+    message: Callable[[], dict[str, Any]] | None = None,
 ) -> list[WebhookDelivery]:
     """One delivery per active webhook of the tenant that wants `event_type`, each with its
-    outbox message, in the caller's transaction. `data` is only computed when one does."""
+    outbox message, in the caller's transaction. `data` is only computed when one does.
+    Chat channels get `message()` (toolcalls/channels.py) instead; without one they get
+    nothing."""
     hooks = [
         hook
         for hook in Webhook.objects.filter(tenant_id=tenant_id, active=True)
         if event_type in hook.event_types
+        and (hook.kind != Webhook.Kind.SLACK or message is not None)
     ]
     if not hooks:
         return []
-    body = json.dumps(
-        {
-            "id": event_id,
-            "type": event_type,
-            "created_at": timezone.now(),
-            "data": data(),
-        },
-        cls=DjangoJSONEncoder,
-        separators=(",", ":"),
-    )
+    bodies: dict[str, str] = {}
+
+    def body_for(kind: str) -> str:
+        if kind not in bodies:
+            content = (
+                message()
+                if kind == Webhook.Kind.SLACK and message is not None
+                else {
+                    "id": event_id,
+                    "type": event_type,
+                    "created_at": timezone.now(),
+                    "data": data(),
+                }
+            )
+            bodies[kind] = json.dumps(content, cls=DjangoJSONEncoder, separators=(",", ":"))
+        return bodies[kind]
+
     deliveries = []
     for hook in hooks:
+        body = body_for(hook.kind)
         delivery = WebhookDelivery.objects.create(
             webhook=hook,
             tenant_id=tenant_id,

@@ -14,7 +14,7 @@ from django.conf import settings
 from runs import events, logcontext, transitions
 from runs.errors import DomainError, not_found
 from runs.models import Event, Tenant
-from toolcalls import capabilities, errors, sql, webhooks
+from toolcalls import capabilities, channels, errors, sql, webhooks
 from toolcalls.capabilities import Capability
 from toolcalls.event_types import EXECUTION_EVENTS, VERIFICATION_EVENTS
 from toolcalls.models import ToolCall
@@ -50,7 +50,8 @@ def tool_call_transition(
 ) -> None:
     """Apply one transition of either machine, log it and save the call. Set the other
     fields the change needs (errors, lease, result) before calling it. A call that reaches a
-    terminal status here is reported to the tenant's webhooks, in the same transaction."""
+    terminal status here is reported to the tenant's webhooks, and one handed to a person to its
+    chat channels, in the same transaction."""
     verification = action in VERIFICATION_EVENTS
     status_before = call.agent_status
     event = transitions.apply(
@@ -68,6 +69,8 @@ def tool_call_transition(
     )
     if call.agent_status != status_before and call.is_terminal:
         webhooks.tool_call_terminal(call, event_id=event.pk)
+    if action == "hand_to_human":
+        channels.desk_item_added(call, event_id=event.pk, reason=reason)
 
 
 def tool_call_lock(tool_call_id: str) -> ToolCall | None:

@@ -14,8 +14,9 @@ from django.views.decorators.http import require_GET, require_POST
 
 from runs import lockout
 from runs.errors import DomainError
-from runs.models import ApiKey, User
+from runs.models import AdminEvent, ApiKey, User
 from runs.permissions import tenant_admin_required
+from runs.scopes import known_scopes
 
 
 class LoginView(auth_views.LoginView):
@@ -28,9 +29,19 @@ class LoginView(auth_views.LoginView):
         return context
 
 
+# Admin events listed on the page, newest first (the rest stay in the table).
+RECENT_CHANGES = 20
+
+
 @require_GET
 @tenant_admin_required
 def people_list(request: HttpRequest) -> HttpResponse:
+    return people_page(request)
+
+
+def people_page(request: HttpRequest, status: int = 200, **extra: Any) -> HttpResponse:
+    """The page, also as the answer of its POST views (console/views/access.py) when they
+    refuse something or show a new key's secret."""
     tenant = request.user.tenant
     failures = lockout.login_failures(tenant=tenant)
     people = [
@@ -38,7 +49,15 @@ def people_list(request: HttpRequest) -> HttpResponse:
         for person in User.objects.filter(tenant=tenant).order_by("username")
     ]
     keys = ApiKey.objects.filter(tenant=tenant).select_related("principal").order_by("name")
-    return render(request, "runs/people.html", {"people": people, "keys": keys})
+    context = {
+        "people": people,
+        "keys": keys,
+        "changes": AdminEvent.objects.filter(tenant=tenant)[:RECENT_CHANGES],
+        "roles": User.Role.choices,
+        "known_scopes": known_scopes(),
+        **extra,
+    }
+    return render(request, "runs/people.html", context, status=status)
 
 
 @require_POST

@@ -3,6 +3,7 @@ from __future__ import annotations
 from django.test import Client
 
 from approvals.models import Policy
+from runs.admin_event_models import AdminEvent
 from runs.models import Tenant, User
 
 
@@ -36,6 +37,13 @@ def test_editing_a_policy_writes_the_next_version(tenant: Tenant) -> None:
     assert response.status_code == 302
     versions = list(Policy.objects.order_by("version").values_list("version", "rules"))
     assert versions == [(1, []), (2, [{"name": "all", "when": "amount_cents > 0", "approvers": 1}])]
+    # Recorded as the console's edits are (approvals/policy_edits.py).
+    event = AdminEvent.objects.get(event_type="policy.published")
+    assert (event.actor, event.payload["version"], event.payload["from_version"]) == (
+        "user:root",
+        2,
+        1,
+    )
 
 
 def test_a_policy_with_an_unsafe_condition_is_refused(tenant: Tenant) -> None:

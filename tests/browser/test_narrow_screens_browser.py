@@ -35,6 +35,11 @@ def pages(agent: ApiClient, admin_user: User, run: Run, sandbox) -> list[str]:
         "/audit/",
         "/dashboard/",
         "/runs/run_nosuchrun/",
+        "/policies/",
+        "/policies/refund-order-v2/",
+        "/policies/refund-order-v2/edit/",
+        "/people/",
+        "/channels/",
     ]
 
 

@@ -13,10 +13,14 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--tenant", required=True, help="tenant slug")
         parser.add_argument("--url", required=True, help="where to POST the events")
+        # The chat events (new approvals, escalations, desk items) are for chat channels,
+        # added on the console's Channels page; a signed webhook takes them when named.
+        default = [Webhook.EventType.APPROVAL_DECIDED, Webhook.EventType.TOOL_CALL_TERMINAL]
         parser.add_argument(
             "--events",
-            default=",".join(Webhook.EventType.values),
-            help=f"comma-separated, of: {', '.join(Webhook.EventType.values)} (default: both)",
+            default=",".join(default),
+            help=f"comma-separated, of: {', '.join(Webhook.EventType.values)} "
+            f"(default: {', '.join(default)})",
         )
 
     def handle(self, *args: object, **options: str) -> None:
