@@ -61,3 +61,15 @@ register(
         },
     },
 )
+
+# The run ended and its checkpoints are final (memory/checkpoints.py, checkpoints_archive).
+register(
+    "checkpoints.archived",
+    1,
+    {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["checkpoint_ids", "reason"],
+        "properties": {"checkpoint_ids": IDS, "reason": STR},
+    },
+)

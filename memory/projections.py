@@ -29,12 +29,21 @@ from toolcalls.models import Attempt, ToolCall
 
 def _stored_checkpoints() -> Rows:
     rows = Checkpoint.objects.values(
-        "id", "run_id", "name", "kind", "version", "schema_version", "size_bytes", "body"
+        "id",
+        "run_id",
+        "name",
+        "kind",
+        "version",
+        "schema_version",
+        "size_bytes",
+        "body",
+        "archived_at",
     )
     stored: Rows = {}
     for row in rows.iterator():
         body, checkpoint_id = row.pop("body"), row.pop("id")
-        stored[checkpoint_id] = {**row, "body_digest": digest(body)}
+        archived = row.pop("archived_at") is not None
+        stored[checkpoint_id] = {**row, "body_digest": digest(body), "archived": archived}
     return stored
 
 
@@ -47,14 +56,23 @@ def _checkpoint_saved(rows: Rows, event: Event, payload: dict[str, Any]) -> None
         "schema_version": payload["schema_version"],
         "size_bytes": payload["size_bytes"],
         "body_digest": payload["body_digest"],
+        "archived": False,
     }
+
+
+def _checkpoints_archived(rows: Rows, event: Event, payload: dict[str, Any]) -> None:
+    for checkpoint_id in payload["checkpoint_ids"]:
+        rows[checkpoint_id]["archived"] = True
 
 
 register_projection(
     Projection(
         name="checkpoint",
         load_stored=_stored_checkpoints,
-        reducers={"checkpoint.saved": _checkpoint_saved},
+        reducers={
+            "checkpoint.saved": _checkpoint_saved,
+            "checkpoints.archived": _checkpoints_archived,
+        },
     )
 )
 

@@ -58,3 +58,10 @@ REQUEST_INVALID_STRING = "request.invalid_string"  # NUL or a lone surrogate
 REQUEST_NUMBER_OUT_OF_RANGE = "request.number_out_of_range"  # beyond what canonical JSON carries
 REQUEST_TOO_DEEP = "request.too_deep"
 DATABASE_BUSY = "database.busy"  # a lock or statement timeout: try again shortly
+# Run-scoped credentials (runs/credentials.py).
+AUTH_CREDENTIAL_EXPIRED = "auth.credential_expired"  # 401: past its expiry
+AUTH_CREDENTIAL_REVOKED = "auth.credential_revoked"  # 401: its run ended (or its key did)
+AUTH_CREDENTIAL_RUN_BOUND = "auth.credential_run_bound"  # 403: another run, or no run at all
+CREDENTIAL_SCOPE_TOO_WIDE = "credential.scope_too_wide"  # 403: wider than the minting key's
+CREDENTIAL_TTL_TOO_LONG = "credential.ttl_too_long"  # 422: over the cap, or past the key's expiry
+CREDENTIAL_MINTED_BY_CREDENTIAL = "credential.minted_by_credential"  # 403: only a key mints

@@ -51,3 +51,20 @@ def scope_problem(scope: str) -> str | None:
         f"id, a permission such as {min(permissions, default='payments.refund')!r}, a group "
         "such as 'payments.*', or '*' for every capability."
     )
+
+
+def within(scope: str, granted: Iterable[str]) -> bool:
+    """Whether `scope` asks for nothing beyond `granted`: a credential's scope must be within
+    its minting key's. Read scopes (`eval:read`) only by name, like `*` itself."""
+    granted = list(granted)
+    if scope in granted:
+        return True
+    if scope == EVERY_CAPABILITY or scope in _READ_SCOPES:
+        return False
+    if scope in _CAPABILITIES:
+        return covers(granted, capability_id=scope, permission=_CAPABILITIES[scope])
+    # A permission or a group of them: within `*`, or within a wider group (`payments.*`).
+    prefix = scope.removesuffix("*")
+    return any(
+        g == EVERY_CAPABILITY or (g.endswith(".*") and prefix.startswith(g[:-1])) for g in granted
+    )

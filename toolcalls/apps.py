@@ -10,4 +10,5 @@ class ToolcallsConfig(AppConfig):
     def ready(self) -> None:
         # Registers the event schemas and the projections of tool calls, and the contracts
         # (whose ids and permissions are what API key scopes may name, runs/scopes.py).
-        from toolcalls import capabilities, event_types, projections  # noqa: F401
+        # The lifecycle registers what a run's end closes (runs/run_end.py).
+        from toolcalls import capabilities, event_types, lifecycle, projections  # noqa: F401
