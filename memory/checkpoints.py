@@ -16,6 +16,7 @@ from django.db.models import OuterRef, QuerySet, Subquery
 from django.utils import timezone
 
 from memory import errors, schemas
+from memory.archive import refuse_if_archived
 from memory.models import Checkpoint
 from runs import events, run_end
 from runs.canonical import canonical_json, digest
@@ -123,6 +124,7 @@ def _check_references(run: Run, body: dict[str, Any]) -> None:
 
 
 def checkpoint_versions(*, run: Run, name: str) -> QuerySet[Checkpoint]:
+    refuse_if_archived(run)
     return Checkpoint.objects.filter(run=run, name=name).order_by("version")
 
 

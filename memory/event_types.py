@@ -73,3 +73,19 @@ register(
         "properties": {"checkpoint_ids": IDS, "reason": STR},
     },
 )
+
+# `archive_runs` moved the run's runtime rows to the *_archive tables (memory/archive.py):
+# how many of each table, and why. The run row and its events stay.
+register(
+    "run.archived",
+    1,
+    {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["moved", "reason"],
+        "properties": {
+            "moved": {"type": "object", "additionalProperties": INT},
+            "reason": STR,
+        },
+    },
+)

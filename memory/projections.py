@@ -140,7 +140,7 @@ def _trace_summaries(rows: Rows) -> Rows:
 
 
 def _stored_traces() -> Rows:
-    finished = Run.objects.filter(state__in=EXIT_TYPES)
+    finished = Run.objects.filter(state__in=EXIT_TYPES, archived_at__isnull=True)
     rows: Rows = {
         run_id: {
             "exit": state,

@@ -40,6 +40,7 @@ IDEMPOTENCY_CONFLICT = "idempotency.conflict"  # a key used before with another 
 RUN_CLOSED = "run.closed"  # the run takes no new calls or decisions
 RUN_INVALID_STATE = "run.invalid_state"  # a transition its state does not allow
 RUN_WORK_IN_FLIGHT = "run.work_in_flight"  # finishing while calls are still on their way
+RUN_ARCHIVED = "run.archived"  # its runtime rows were moved to the archive tables
 DECISION_NOT_FOUND = "decision.not_found"
 DECISION_KIND_MISMATCH = "decision.kind_mismatch"
 DECISION_ALREADY_SUPERSEDED = "decision.already_superseded"
