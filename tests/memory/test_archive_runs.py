@@ -16,8 +16,8 @@ from django.utils import timezone
 from approvals.models import Approval
 from memory.models import Checkpoint, Feedback
 from runs.credential_models import RunCredential
-from runs.models import ApiKey, Decision, Event, Run, Tenant
-from tests.helpers import BIG_REFUND, ApiClient, propose, start_run
+from runs.models import ApiKey, Decision, Event, Run, Tenant, User
+from tests.helpers import BIG_REFUND, ApiClient, logged_in, propose, start_run
 from tests.sandbox_process import Sandbox
 from tests.toolcalls.inline_worker import run_due
 from toolcalls import dispatch
@@ -87,7 +87,11 @@ def test_dry_run_prints_what_would_move_and_moves_nothing(
 
 
 def test_it_moves_the_rows_and_keeps_the_run_and_its_chain(
-    agent: ApiClient, sandbox: Sandbox, settings: Any, capsys: pytest.CaptureFixture[str]
+    agent: ApiClient,
+    sandbox: Sandbox,
+    settings: Any,
+    capsys: pytest.CaptureFixture[str],
+    admin_user: User,
 ) -> None:
     settings.EVAL_TRACE_SETTLE_SECONDS = 0
     old = finished_run(agent, days_ago=40, title="old")
@@ -130,6 +134,9 @@ def test_it_moves_the_rows_and_keeps_the_run_and_its_chain(
     ApiKey.objects.update(scopes=["*", "eval:read"])
     text = b"".join(agent.get("/api/v1/eval-traces").streaming_content).decode()
     assert old in [json.loads(line)["run_id"] for line in text.splitlines()]
+    # The run page reads the log for its timeline: an archived run still shows.
+    page = logged_in(admin_user).get(f"/runs/{old}/")
+    assert page.status_code == 200 and old in page.content.decode()
     # Nothing is archived twice.
     call_command("archive_runs", "--older-than", "30d")
     assert "archived 0 runs" in capsys.readouterr().out
