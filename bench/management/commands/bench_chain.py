@@ -50,6 +50,9 @@ class Command(BaseCommand):
         parser.add_argument("--events", type=int, default=200_000)
         parser.add_argument("--database", default="countersign_bench_chain")
         parser.add_argument("--reuse-db", action="store_true", help="measure it again as it is")
+        parser.add_argument(
+            "--only", choices=list(CHECKS), help="measure this check only (default: both)"
+        )
         parser.add_argument("--inner", choices=["seed", *CHECKS], help="(internal)")
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -69,7 +72,7 @@ class Command(BaseCommand):
                 f"seeded {seeded['events']} events in {seeded['seconds']:.1f} s "
                 f"({options['database']})"
             )
-        for name in CHECKS:
+        for name in [options["only"]] if options["only"] else CHECKS:
             result = self._inner_child(env, name, options)
             events, wall = result["events"], result["seconds"]
             own, db = result["cpu_seconds"], result["db_cpu_seconds"]
