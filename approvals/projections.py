@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from approvals.event_types import APPROVAL_EVENTS
@@ -10,8 +11,8 @@ from runs.models import Event
 from runs.projections import Projection, Rows, register_projection
 
 
-def _stored() -> Rows:
-    rows = Approval.objects.values(
+def _stored(run_ids: Collection[str]) -> Rows:
+    rows = Approval.objects.filter(run_id__in=run_ids).values(
         "id", "state", "tool_call_id", "args_digest", "required_approvers"
     )
     return {row.pop("id"): row for row in rows}

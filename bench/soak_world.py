@@ -65,9 +65,7 @@ def create(slugs: list[str], approval_expiry: int) -> dict[str, dict[str, Any]]:
             role=User.Role.VIEWER,
             password=secrets.token_urlsafe(12),
         )
-        _, token = api_key_issue(
-            tenant=tenant, name="soak agent", principal=owner, scopes=["*"]
-        )
+        _, token = api_key_issue(tenant=tenant, name="soak agent", principal=owner, scopes=["*"])
         Policy.objects.create(
             tenant=tenant,
             capability_id="refund-order-v2",

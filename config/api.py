@@ -13,15 +13,22 @@ from ninja.security import HttpBearer
 
 from config.strict_json import StrictJSONParser, strict_request
 from runs import errors, logcontext
+from runs.credentials import credential_authenticate
 from runs.errors import DomainError
 from runs.models import ApiKey
 from runs.selectors import api_key_authenticate
 from runs.services import api_key_mark_used
+from toolcalls.credential_routes import credential_check_route
 
 
 class ApiKeyAuth(HttpBearer):
     def authenticate(self, request: HttpRequest, token: str) -> ApiKey | None:
-        key = api_key_authenticate(token)
+        if token.startswith("rcr_"):
+            key = credential_authenticate(token)
+            if key is not None:
+                credential_check_route(key.run_credential, request)
+        else:
+            key = api_key_authenticate(token)
         if key is not None:
             logcontext.bind(tenant=key.tenant.slug)
             api_key_mark_used(key)

@@ -58,6 +58,7 @@ class CheckpointVersionOut(Schema):
     size_bytes: int
     body_digest: str
     created_at: datetime
+    archived_at: datetime | None
 
 
 class ReadQuery(Schema):

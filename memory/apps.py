@@ -11,8 +11,9 @@ class MemoryConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        # Registers the event schemas and the projections of this app.
-        from memory import event_types, projections  # noqa: F401
+        # Registers the event schemas and the projections of this app, and the archiving of
+        # checkpoints at a run's end (runs/run_end.py).
+        from memory import checkpoints, event_types, projections  # noqa: F401
         from memory.eval_trace import EVAL_READ_SCOPE
         from runs import scopes
 

@@ -13,10 +13,12 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 from django.db.models import OuterRef, QuerySet, Subquery
+from django.utils import timezone
 
 from memory import errors, schemas
+from memory.archive import refuse_if_archived
 from memory.models import Checkpoint
-from runs import events
+from runs import events, run_end
 from runs.canonical import canonical_json, digest
 from runs.errors import RUN_CLOSED, DomainError, not_found
 from runs.models import Decision, Run, Tenant
@@ -122,6 +124,7 @@ def _check_references(run: Run, body: dict[str, Any]) -> None:
 
 
 def checkpoint_versions(*, run: Run, name: str) -> QuerySet[Checkpoint]:
+    refuse_if_archived(run)
     return Checkpoint.objects.filter(run=run, name=name).order_by("version")
 
 
@@ -164,6 +167,7 @@ def checkpoint_out(checkpoint: Checkpoint, *, schema_version: int | None = None)
         "schema_version": version,
         "written_schema_version": checkpoint.schema_version,
         "created_at": checkpoint.created_at,
+        "archived_at": checkpoint.archived_at,
     }
 
 
@@ -177,4 +181,30 @@ def checkpoint_summary(checkpoint: Checkpoint) -> dict[str, Any]:
         "size_bytes": checkpoint.size_bytes,
         "body_digest": checkpoint.body_digest,
         "created_at": checkpoint.created_at,
+        "archived_at": checkpoint.archived_at,
     }
+
+
+# --- the run's end --------------------------------------------------------------------------
+
+
+@run_end.register
+def checkpoints_archive(*, run: Run, actor: str, producer: str, reason: str) -> None:
+    """The run ended: its checkpoints are archived — marked with `archived_at`, the one
+    column PostgreSQL lets change on a stored version (memory migration 0003) — and stay
+    readable, by `GET …/checkpoints/{name}`, the resume contract and the eval trace."""
+    ids = list(
+        Checkpoint.objects.filter(run=run, archived_at__isnull=True)
+        .order_by("name", "version")
+        .values_list("pk", flat=True)
+    )
+    if not ids:
+        return
+    Checkpoint.objects.filter(pk__in=ids).update(archived_at=timezone.now())
+    events.append(
+        run=run,
+        event_type="checkpoints.archived",
+        payload={"checkpoint_ids": ids, "reason": reason},
+        producer=producer,
+        actor=actor,
+    )

@@ -61,3 +61,31 @@ register(
         },
     },
 )
+
+# The run ended and its checkpoints are final (memory/checkpoints.py, checkpoints_archive).
+register(
+    "checkpoints.archived",
+    1,
+    {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["checkpoint_ids", "reason"],
+        "properties": {"checkpoint_ids": IDS, "reason": STR},
+    },
+)
+
+# `archive_runs` moved the run's runtime rows to the *_archive tables (memory/archive.py):
+# how many of each table, and why. The run row and its events stay.
+register(
+    "run.archived",
+    1,
+    {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["moved", "reason"],
+        "properties": {
+            "moved": {"type": "object", "additionalProperties": INT},
+            "reason": STR,
+        },
+    },
+)

@@ -35,6 +35,9 @@ class Checkpoint(models.Model):
     size_bytes = models.PositiveIntegerField()
     actor = models.CharField(max_length=200)
     created_at = models.DateTimeField(auto_now_add=True)
+    # Set once, when the run ends (memory/checkpoints.py, checkpoints_archive): the version
+    # is final and read-only. The only column PostgreSQL lets an UPDATE change (0003).
+    archived_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["run_id", "name", "version"]

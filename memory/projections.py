@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Collection
 from typing import Any
 
 from django.db.models import Count
@@ -27,14 +28,23 @@ from toolcalls.models import Attempt, ToolCall
 # --- checkpoints ----------------------------------------------------------------------------
 
 
-def _stored_checkpoints() -> Rows:
-    rows = Checkpoint.objects.values(
-        "id", "run_id", "name", "kind", "version", "schema_version", "size_bytes", "body"
+def _stored_checkpoints(run_ids: Collection[str]) -> Rows:
+    rows = Checkpoint.objects.filter(run_id__in=run_ids).values(
+        "id",
+        "run_id",
+        "name",
+        "kind",
+        "version",
+        "schema_version",
+        "size_bytes",
+        "body",
+        "archived_at",
     )
     stored: Rows = {}
     for row in rows.iterator():
         body, checkpoint_id = row.pop("body"), row.pop("id")
-        stored[checkpoint_id] = {**row, "body_digest": digest(body)}
+        archived = row.pop("archived_at") is not None
+        stored[checkpoint_id] = {**row, "body_digest": digest(body), "archived": archived}
     return stored
 
 
@@ -47,14 +57,23 @@ def _checkpoint_saved(rows: Rows, event: Event, payload: dict[str, Any]) -> None
         "schema_version": payload["schema_version"],
         "size_bytes": payload["size_bytes"],
         "body_digest": payload["body_digest"],
+        "archived": False,
     }
+
+
+def _checkpoints_archived(rows: Rows, event: Event, payload: dict[str, Any]) -> None:
+    for checkpoint_id in payload["checkpoint_ids"]:
+        rows[checkpoint_id]["archived"] = True
 
 
 register_projection(
     Projection(
         name="checkpoint",
         load_stored=_stored_checkpoints,
-        reducers={"checkpoint.saved": _checkpoint_saved},
+        reducers={
+            "checkpoint.saved": _checkpoint_saved,
+            "checkpoints.archived": _checkpoints_archived,
+        },
     )
 )
 
@@ -63,8 +82,9 @@ register_projection(
 FEEDBACK_COLUMNS = ("run_id", "subject_kind", "subject_id", "rating", "label", "text")
 
 
-def _stored_feedback() -> Rows:
-    return {row.pop("id"): row for row in Feedback.objects.values("id", *FEEDBACK_COLUMNS)}
+def _stored_feedback(run_ids: Collection[str]) -> Rows:
+    facts = Feedback.objects.filter(run_id__in=run_ids)
+    return {row.pop("id"): row for row in facts.values("id", *FEEDBACK_COLUMNS)}
 
 
 def _feedback_recorded(rows: Rows, event: Event, payload: dict[str, Any]) -> None:
@@ -121,8 +141,8 @@ def _trace_summaries(rows: Rows) -> Rows:
     return summaries
 
 
-def _stored_traces() -> Rows:
-    finished = Run.objects.filter(state__in=EXIT_TYPES)
+def _stored_traces(run_ids: Collection[str]) -> Rows:
+    finished = Run.objects.filter(pk__in=run_ids, state__in=EXIT_TYPES, archived_at__isnull=True)
     rows: Rows = {
         run_id: {
             "exit": state,
@@ -135,7 +155,7 @@ def _stored_traces() -> Rows:
         }
         for run_id, state in finished.values_list("id", "state")
     }
-    in_finished = {"run__state__in": EXIT_TYPES}
+    in_finished = {"run_id__in": run_ids, "run__state__in": EXIT_TYPES}
     for run_id, decision_id in Decision.objects.filter(**in_finished).values_list("run_id", "id"):
         rows[run_id]["decisions"].append(decision_id)
     calls = ToolCall.objects.filter(**in_finished).values_list(

@@ -17,6 +17,7 @@ from django.urls import reverse
 
 from approvals.models import Approval, Policy
 from approvals.policies import requirement
+from memory.archive import refuse_if_archived
 from memory.checkpoints import checkpoint_out, checkpoints_latest
 from runs.errors import DomainError
 from runs.models import ApiKey, Run
@@ -40,6 +41,7 @@ RULES = [
 
 
 def resume_contract(*, run: Run, api_key: ApiKey) -> dict[str, Any]:
+    refuse_if_archived(run)
     calls = list(run_tool_calls(run=run))
     approvals = list(
         Approval.objects.filter(run=run).select_related("policy").order_by("created_at")

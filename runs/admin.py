@@ -9,7 +9,7 @@ from runs.models import ApiKey, Decision, Event, Run, Tenant, User
 
 @admin.register(Tenant)
 class TenantAdmin(admin.ModelAdmin):
-    list_display = ("slug", "name", "created_at")
+    list_display = ("slug", "name", "archive_after_days", "created_at")
 
 
 @admin.register(User)

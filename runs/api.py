@@ -11,7 +11,7 @@ from django.utils import timezone
 from ninja import Field, Header, Router, Schema, Status
 from pydantic import ConfigDict, field_validator
 
-from runs import selectors, services
+from runs import credentials, selectors, services
 from runs.models import Decision, Run
 
 router = Router(tags=["runs"])
@@ -186,3 +186,47 @@ def record_decision(request: HttpRequest, run_id: str, payload: DecisionIn) -> S
         actor=services.actor_for_key(request.auth),
     )
     return Status(201, decision_out(decision))
+
+
+class CredentialIn(StrictSchema):
+    # Capped by RUN_CREDENTIAL_MAX_TTL_SECONDS (3600 by default) and the key's own expiry.
+    ttl_s: int = Field(..., ge=1, le=30 * 24 * 3600)
+    # Within the key's scopes; the key's own scopes when left out.
+    scopes: list[str] | None = Field(None, max_length=100)
+
+
+class CredentialOut(Schema):
+    credential_id: str
+    run_id: str
+    # `Authorization: Bearer <token>`; shown this once, only its hash is stored.
+    token: str
+    scopes: list[str]
+    expires_at: datetime
+    created_at: datetime
+
+
+@router.post("/runs/{run_id}/credentials", response={201: CredentialOut, **ERRORS})
+def mint_credential(request: HttpRequest, run_id: str, payload: CredentialIn) -> Status:
+    """Mint a run-scoped credential: a bearer token that acts for this key on this run only
+    (its endpoints and its tool calls), with scopes within the key's, until `ttl_s` passes
+    (at most RUN_CREDENTIAL_MAX_TTL_SECONDS, and not past the key's expiry) or the run ends.
+    Elsewhere it is 403 `auth.credential_run_bound`; expired, 401 `auth.credential_expired`;
+    after the run's end, 401 `auth.credential_revoked`."""
+    credential, token = credentials.credential_mint(
+        api_key=request.auth,
+        run_id=run_id,
+        ttl_s=payload.ttl_s,
+        scopes_asked=payload.scopes,
+        actor=services.actor_for_key(request.auth),
+    )
+    return Status(
+        201,
+        {
+            "credential_id": credential.pk,
+            "run_id": credential.run_id,
+            "token": token,
+            "scopes": credential.scopes,
+            "expires_at": credential.expires_at,
+            "created_at": credential.created_at,
+        },
+    )

@@ -68,3 +68,34 @@ register("run.started", 1, RUN_STARTED)
 register("decision.recorded", 1, DECISION_RECORDED)
 for _event_type in RUN_TRANSITION_EVENTS.values():
     register(_event_type, 1, transition_schema())
+
+# Run-scoped credentials (runs/credentials.py): minted by a key, revoked at the run's end.
+# Neither carries the token, only ids.
+register(
+    "run.credential_minted",
+    1,
+    {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["credential_id", "api_key_id", "scopes", "expires_at"],
+        "properties": {
+            "credential_id": {"type": "string"},
+            "api_key_id": {"type": "string"},
+            "scopes": {"type": "array", "items": {"type": "string"}},
+            "expires_at": {"type": "string", "format": "date-time"},
+        },
+    },
+)
+register(
+    "run.credentials_revoked",
+    1,
+    {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["credential_ids", "reason"],
+        "properties": {
+            "credential_ids": {"type": "array", "items": {"type": "string"}},
+            "reason": {"type": "string"},
+        },
+    },
+)

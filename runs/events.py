@@ -118,6 +118,11 @@ def compute_hash(event: Event) -> str:
         "payload": event.payload,
         "prev_hash": event.prev_hash,
     }
+    return hash_body(body)
+
+
+def hash_body(body: dict[str, Any]) -> str:
+    """SHA-256 of the RFC 8785 form of an event's body (runs/chain_check.py checks with it)."""
     return sha256(rfc8785.dumps(body)).hexdigest()
 
 

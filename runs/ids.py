@@ -41,4 +41,5 @@ PREFIXES = {
     "webhook_delivery": "whd",
     "checkpoint": "ckpt",
     "feedback": "fb",
+    "run_credential": "rcr",
 }

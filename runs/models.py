@@ -22,6 +22,9 @@ class Tenant(models.Model):
     slug = models.SlugField(max_length=50, unique=True)
     name = models.CharField(max_length=200)
     created_at = models.DateTimeField(auto_now_add=True)
+    # How long a finished run's runtime rows stay in the hot tables before `archive_runs`
+    # (without --older-than) moves them to the archive tables; empty: never.
+    archive_after_days = models.PositiveIntegerField(null=True, blank=True, default=30)
 
     def __str__(self) -> str:
         return self.slug
@@ -106,6 +109,14 @@ class Run(FSMModelMixin, models.Model):
         CANCELLED = "cancelled"
 
     OPEN_STATES = (State.ACTIVE, State.WAITING, State.NEEDS_HUMAN)
+    # No transition leaves these: reaching one is the run's end (runs/run_end.py cleans up).
+    # needs_human is not among them: a person may resume the run from the desk.
+    TERMINAL_STATES = (
+        State.COMPLETED,
+        State.COMPLETED_WITH_DEGRADATION,
+        State.FAILED_PERMANENTLY,
+        State.CANCELLED,
+    )
 
     id = models.CharField(
         primary_key=True, max_length=40, default=partial(new_id, "run"), editable=False
@@ -128,6 +139,10 @@ class Run(FSMModelMixin, models.Model):
     api_key = models.ForeignKey(ApiKey, null=True, blank=True, on_delete=models.SET_NULL)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
+    # When it reached a terminal state (runs.run_end), and when `archive_runs` moved its
+    # runtime rows out of the hot tables; the run row itself stays (its events point at it).
+    ended_at = models.DateTimeField(null=True, blank=True)
+    archived_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-id"]
@@ -324,3 +339,6 @@ class OutboxMessage(models.Model):
 
     def __str__(self) -> str:
         return f"{self.id} {self.task}{self.args}"
+
+
+from runs.credential_models import RunCredential  # noqa: E402, F401  (registers the model)

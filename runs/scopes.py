@@ -59,3 +59,20 @@ def known_scopes() -> list[str]:
     permissions = sorted(set(_CAPABILITIES.values()))
     groups = sorted({permission.split(".")[0] + ".*" for permission in permissions})
     return [EVERY_CAPABILITY, *groups, *permissions, *sorted(_CAPABILITIES), *sorted(_READ_SCOPES)]
+
+
+def within(scope: str, granted: Iterable[str]) -> bool:
+    """Whether `scope` asks for nothing beyond `granted`: a credential's scope must be within
+    its minting key's. Read scopes (`eval:read`) only by name, like `*` itself."""
+    granted = list(granted)
+    if scope in granted:
+        return True
+    if scope == EVERY_CAPABILITY or scope in _READ_SCOPES:
+        return False
+    if scope in _CAPABILITIES:
+        return covers(granted, capability_id=scope, permission=_CAPABILITIES[scope])
+    # A permission or a group of them: within `*`, or within a wider group (`payments.*`).
+    prefix = scope.removesuffix("*")
+    return any(
+        g == EVERY_CAPABILITY or (g.endswith(".*") and prefix.startswith(g[:-1])) for g in granted
+    )

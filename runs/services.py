@@ -13,7 +13,7 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 
-from runs import errors, events, logcontext, transitions
+from runs import errors, events, logcontext, run_end, transitions
 from runs.admin_events import admin_event_append
 from runs.canonical import digest
 from runs.errors import DomainError, not_found
@@ -269,9 +269,17 @@ def _same_request(run: Run, request_digest: str) -> Run:
     return run
 
 
+# The transitions whose target is terminal (Run.TERMINAL_STATES).
+TERMINAL_ACTIONS = ("complete", "complete_with_degradation", "fail_permanently", "cancel")
+
+
 def run_transition(run: Run, action: str, *, actor: str, reason: str = "", producer: str) -> Run:
     """Apply one Run transition, log it and save the run (runs.transitions has the contract).
-    The run's lifecycle rules (when to wait, resume, finish) are in toolcalls/lifecycle.py."""
+    The run's lifecycle rules (when to wait, resume, finish) are in toolcalls/lifecycle.py.
+    A transition into a terminal state also runs the run's end cleanup (runs/run_end.py),
+    in the same transaction."""
+    if action in TERMINAL_ACTIONS:
+        run.ended_at = datetime.now(UTC)
     transitions.apply(
         run,
         action,
@@ -283,6 +291,8 @@ def run_transition(run: Run, action: str, *, actor: str, reason: str = "", produ
         reason=reason,
         refusal=errors.RUN_INVALID_STATE,
     )
+    if run.state in Run.TERMINAL_STATES:
+        run_end.run_ended(run=run, actor=actor, producer=producer)
     return run
 
 

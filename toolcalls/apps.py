@@ -10,5 +10,6 @@ class ToolcallsConfig(AppConfig):
     def ready(self) -> None:
         # Registers the event schemas and the projections of tool calls, and the contracts
         # (whose ids and permissions are what API key scopes may name, runs/scopes.py), and
-        # the chat channels as listeners of escalations (approvals/notifications.py).
-        from toolcalls import capabilities, channels, event_types, projections  # noqa: F401
+        # the chat channels as listeners of escalations (approvals/notifications.py). The
+        # lifecycle registers what a run's end closes (runs/run_end.py).
+        from toolcalls import capabilities, channels, event_types, lifecycle, projections  # noqa: F401

@@ -12,6 +12,7 @@ from django.db import transaction
 
 from approvals.models import Approval
 from approvals.services import approval_transition
+from runs import run_end
 from runs.errors import RUN_INVALID_STATE, RUN_WORK_IN_FLIGHT, DomainError, not_found
 from runs.models import Run, Tenant
 from runs.services import run_transition
@@ -84,15 +85,30 @@ def tool_call_cancel(*, call: ToolCall, actor: str, producer: str, reason: str) 
     tool_call_transition(call, "cancel", actor=actor, producer=producer, reason=reason)
 
 
-def run_cancel_open_calls(*, run: Run, actor: str, reason: str) -> list[ToolCall]:
+def run_cancel_open_calls(
+    *, run: Run, actor: str, reason: str, producer: str = "api"
+) -> list[ToolCall]:
     """Cancel what is not yet sent; return the calls still in flight. The run is locked."""
     in_flight = []
     for call in ToolCall.objects.select_for_update().filter(run=run).select_related("run"):
         if call.execution_status in ToolCall.NOT_SENT:
-            tool_call_cancel(call=call, actor=actor, producer="api", reason=reason)
+            tool_call_cancel(call=call, actor=actor, producer=producer, reason=reason)
         elif call.execution_status in ToolCall.IN_FLIGHT:
             in_flight.append(call)
     return in_flight
+
+
+@run_end.register
+def run_end_close_open_work(*, run: Run, actor: str, producer: str, reason: str) -> None:
+    """At every terminal exit: the calls not yet sent are cancelled with their approvals, and
+    an approval still open without such a call is cancelled too, so no approver is left with
+    a request that can never run. `run_stop` has usually done this already (nothing left)."""
+    run_cancel_open_calls(run=run, actor=actor, reason=reason, producer=producer)
+    open_approvals = Approval.objects.select_for_update().filter(
+        run=run, state__in=Approval.OPEN_STATES
+    )
+    for approval in open_approvals.select_related("run"):
+        approval_transition(approval, "cancel", actor=actor, producer=producer, reason=reason)
 
 
 @transaction.atomic

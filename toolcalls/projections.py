@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from runs.models import Event
@@ -20,8 +21,9 @@ COLUMNS = (
 )
 
 
-def _stored() -> Rows:
-    return {row.pop("id"): row for row in ToolCall.objects.values("id", *COLUMNS)}
+def _stored(run_ids: Collection[str]) -> Rows:
+    calls = ToolCall.objects.filter(run_id__in=run_ids)
+    return {row.pop("id"): row for row in calls.values("id", *COLUMNS)}
 
 
 def _proposed(rows: Rows, event: Event, payload: dict[str, Any]) -> None:

@@ -152,3 +152,12 @@ def finish_run(run_id: str, failed_permanently: bool, reason: str) -> Request:
 
 def retry(tool_call_id: str) -> Request:
     return Request("POST", f"/tool-calls/{tool_call_id}/retry", repeatable=False)
+
+
+def mint_credential(run_id: str, ttl_s: int, scopes: list[str] | None) -> Request:
+    """A run-scoped credential. Not repeated after a lost answer: the token of a credential
+    minted then is gone, and a second would be minted."""
+    body: dict[str, Any] = {"ttl_s": ttl_s}
+    if scopes is not None:
+        body["scopes"] = list(scopes)
+    return Request("POST", f"/runs/{run_id}/credentials", body, repeatable=False)

@@ -115,6 +115,12 @@ class AsyncCountersign:
     ) -> Run:
         return cast(Run, await self._send(_core.finish_run(run_id, failed_permanently, reason)))
 
+    async def mint_credential(
+        self, run_id: str, ttl_s: int, scopes: list[str] | None = None
+    ) -> dict[str, Any]:
+        """See Countersign.mint_credential: a bearer token for this run only."""
+        return await self._send(_core.mint_credential(run_id, ttl_s, scopes))
+
     async def resume(self, run_id: str) -> dict[str, Any]:
         """See Countersign.resume: what a fresh agent needs to continue the run."""
         return await self._send(Request("GET", f"/runs/{run_id}/resume"))

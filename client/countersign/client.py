@@ -200,6 +200,14 @@ class Countersign:
         approvals pending with their URLs, and what the runtime checks again."""
         return self._send(Request("GET", f"/runs/{run_id}/resume"))
 
+    def mint_credential(
+        self, run_id: str, ttl_s: int, scopes: list[str] | None = None
+    ) -> dict[str, Any]:
+        """A bearer token for this run only (`token`, shown once), with `scopes` within this
+        key's (the key's own when None), for `ttl_s` seconds at most or until the run ends.
+        Hand it to a worker: `Countersign(url, credential["token"])`."""
+        return self._send(_core.mint_credential(run_id, ttl_s, scopes))
+
     def feedback(self, run_id: str, **fields: Any) -> dict[str, Any]:
         """Record a feedback fact (`rating` 1-5 or `label`, `text`, and at most one of
         `decision_id`, `tool_call_id`, `approval_id`). Not repeated after a lost answer: a

@@ -222,6 +222,9 @@ COUNTERSIGN_BASE_URL = os.environ.get("COUNTERSIGN_BASE_URL", "http://127.0.0.1:
 
 # Run memory (memory/). A checkpoint keeps where an agent is, not copies of what it read.
 CHECKPOINT_MAX_BYTES = int(os.environ.get("CHECKPOINT_MAX_BYTES", str(64 * 1024)))
+# The longest life a run-scoped credential may ask for (POST /runs/{id}/credentials, ttl_s);
+# it also ends at its minting key's expiry and at the run's end.
+RUN_CREDENTIAL_MAX_TTL_SECONDS = int(os.environ.get("RUN_CREDENTIAL_MAX_TTL_SECONDS", "3600"))
 # Eval traces leave out events younger than this: a transaction still committing may hold an
 # event older than the newest one served, which a reader going on with ?since= would miss.
 EVAL_TRACE_SETTLE_SECONDS = float(os.environ.get("EVAL_TRACE_SETTLE_SECONDS", "60"))

@@ -263,3 +263,28 @@ def test_an_api_error_is_named(cs: Countersign) -> None:
     with pytest.raises(CountersignError) as refused:
         cs.get_run("run_missing")
     assert (refused.value.status, refused.value.name) == (404, "resource.not_found")
+
+
+def test_a_minted_credential_acts_on_its_run_only(live_server, cs: Countersign) -> None:
+    mine, other = cs.start_run("mine"), cs.start_run("other")
+    credential = cs.mint_credential(mine["run_id"], ttl_s=120, scopes=["payments.refund"])
+    assert credential["scopes"] == ["payments.refund"]
+    with Countersign(live_server.url, credential["token"]) as worker:
+        assert worker.get_run(mine["run_id"])["title"] == "mine"
+        with pytest.raises(CountersignError) as refused:
+            worker.get_run(other["run_id"])
+        assert (refused.value.status, refused.value.name) == (403, "auth.credential_run_bound")
+        cs.finish_run(mine["run_id"])
+        with pytest.raises(CountersignError) as ended:
+            worker.get_run(mine["run_id"])
+        assert (ended.value.status, ended.value.name) == (401, "auth.credential_revoked")
+
+
+def test_the_async_client_mints_a_credential(live_server, agent: ApiClient, sandbox) -> None:
+    async def mint() -> dict:
+        async with AsyncCountersign(live_server.url, agent.token) as cs:
+            run = await cs.start_run("async credential")
+            return await cs.mint_credential(run["run_id"], ttl_s=60)
+
+    credential = run_async(mint())
+    assert credential["token"].startswith(credential["credential_id"] + ".")

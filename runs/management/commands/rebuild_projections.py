@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from runs import projections
-from runs.models import Event
+from runs.models import Event, Run
 
 
 class Command(BaseCommand):
@@ -24,7 +24,11 @@ class Command(BaseCommand):
         for line in problems:
             self.stdout.write(line)
         names = ", ".join(projections.PROJECTIONS)
-        count = Event.objects.count()
+        count = Event.objects.filter(run__archived_at__isnull=True).count()
         if problems:
             raise CommandError(f"{len(problems)} differences after replaying {count} events.")
         self.stdout.write(f"OK: replayed {count} events; {names} match the stored rows.")
+        archived = Run.objects.filter(archived_at__isnull=False).count()
+        if archived:
+            # Their rows are in the *_archive tables; verify_event_chain still checks their log.
+            self.stdout.write(f"{archived} archived runs were left out of the comparison.")

@@ -1,0 +1,88 @@
+"""verify_event_chain and rebuild_projections --verify read the log in bounded pieces
+(runs/chain_check.py; runs/projections.py, a batch of runs at a time) and still find what
+they found before: a tampered event, a row changed behind its events."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.db import connection, transaction
+
+from runs import chain_check, projections, services
+from runs.events import verify_chain
+from runs.models import Decision, Event, Run, Tenant
+from toolcalls.lifecycle import run_finish
+
+
+def finished_run(tenant: Tenant, title: str, content: dict) -> Run:
+    run, _ = services.run_start(tenant=tenant, title=title, actor="test")
+    services.decision_record(
+        tenant=tenant, run_id=run.pk, kind="judgment", content=content, actor="test"
+    )
+    run_finish(tenant=tenant, run_id=run.pk, actor="test")
+    return run
+
+
+# What the standard library's JSON writes unlike RFC 8785: floats (1.0, 0.1 + 0.2, 5e-324),
+# key order past the Basic Multilingual Plane, a string escape or two.
+AWKWARD = {
+    "whole": 1.0,
+    "sum": 0.1 + 0.2,
+    "tiny": 5e-324,
+    "\U0001f600 emoji": "first in code points, last in UTF-16",
+    "\ue000 private": "the other way round",
+    "text": 'tab\\t, quote ", backslash \\\\, \\u2028, é',
+}
+
+
+def test_awkward_payloads_verify_through_the_exact_canonicaliser(tenant: Tenant, capsys) -> None:
+    runs = [finished_run(tenant, f"run {i}", {**AWKWARD, "i": i}) for i in range(3)]
+    call_command("verify_event_chain")
+    assert "OK: 9 events" in capsys.readouterr().out
+    problems, count = chain_check.verify_log()
+    assert (problems, count) == ([], 9)
+    assert verify_chain(Event.objects.order_by("run_id", "seq")) == []
+    assert all(run.state == "completed" for run in Run.objects.filter(pk__in=[r.pk for r in runs]))
+
+
+def test_a_tampered_event_is_found_with_the_same_words_as_before(tenant: Tenant) -> None:
+    runs = [finished_run(tenant, f"run {i}", {"ok": True, "x": 1.5}) for i in range(3)]
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL countersign.allow_event_rewrite = 'on'")
+        cursor.execute(
+            "UPDATE runs_event SET payload = jsonb_set(payload, '{content,x}', '2.5') "
+            "WHERE run_id = %s AND seq = 2",
+            [runs[1].pk],
+        )
+        cursor.execute(
+            "UPDATE runs_event SET prev_hash = %s WHERE run_id = %s AND seq = 3",
+            ["0" * 64, runs[2].pk],
+        )
+    problems, _count = chain_check.verify_log()
+    assert problems == verify_chain(Event.objects.order_by("run_id", "seq"))
+    # The broken link, and the hash it no longer matches (prev_hash is hashed too).
+    assert [p.split(" ")[0] for p in problems] == [
+        f"{runs[1].pk}#2",
+        f"{runs[2].pk}#3",
+        f"{runs[2].pk}#3",
+    ]
+    assert "content does not match its hash" in problems[0]
+    assert "prev_hash does not match" in problems[1]
+    with pytest.raises(CommandError, match="3 problems in 9 events"):
+        call_command("verify_event_chain")
+
+
+def test_rebuild_projections_compares_batch_by_batch(
+    tenant: Tenant, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    monkeypatch.setattr(projections, "RUNS_PER_BATCH", 2)
+    runs = [finished_run(tenant, f"run {i}", {"i": i}) for i in range(5)]
+    assert [len(batch) for batch in projections.run_batches()] == [2, 2, 1]
+    call_command("rebuild_projections", "--verify")
+    Decision.objects.filter(run=runs[2]).update(content={"i": 99})
+    Decision.objects.filter(run=runs[4]).update(kind="changed")
+    with pytest.raises(CommandError, match="2 differences"):
+        call_command("rebuild_projections", "--verify")
+    out = capsys.readouterr().out
+    assert "content stored={'i': 99} rebuilt={'i': 2}" in out
+    assert "kind stored='changed' rebuilt='judgment'" in out
