@@ -10,6 +10,7 @@ and waiting for real processes.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import http.server
@@ -19,9 +20,10 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 import redis
@@ -302,3 +304,14 @@ class WebhookReceiver:
 
     def events(self) -> list[dict[str, Any]]:
         return [json.loads(r.body) for r in self.received]
+
+
+T = TypeVar("T")
+
+
+def run_async(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine in a thread of its own: the browser tests' Playwright keeps an event
+    loop running in the test thread, where asyncio.run() refuses to start another, and the
+    test's thread keeps the ORM synchronous."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()

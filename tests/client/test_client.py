@@ -6,10 +6,8 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
-from collections.abc import Coroutine, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
 
 import httpx
 import pytest
@@ -17,20 +15,13 @@ from countersign import AsyncCountersign, Countersign, CountersignError
 from django.db import connections
 
 from runs.models import Decision, Run, User
-from tests.helpers import BIG_REFUND, REFUND, ApiClient, approval_of, decide, logged_in
+from tests.helpers import BIG_REFUND, REFUND, ApiClient, approval_of, decide, logged_in, run_async
 from tests.sandbox_process import Sandbox
 from tests.toolcalls.inline_worker import run_due
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-T = TypeVar("T")
 
-
-def run_async(coroutine: Coroutine[Any, Any, T]) -> T:
-    """Run the async client in a thread of its own: the browser tests' Playwright keeps an
-    event loop running in the test thread, where asyncio.run() refuses to start another."""
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, coroutine).result()
 
 
 @pytest.fixture

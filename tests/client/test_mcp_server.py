@@ -26,8 +26,16 @@ from mcp.client.streamable_http import streamable_http_client
 
 from approvals.models import Approval
 from runs.models import User
-from tests.client.test_client import run_async
-from tests.helpers import BIG_REFUND, ROOT, ApiClient, decide, free_port, logged_in, wait_for
+from tests.helpers import (
+    BIG_REFUND,
+    ROOT,
+    ApiClient,
+    decide,
+    free_port,
+    logged_in,
+    run_async,
+    wait_for,
+)
 from tests.sandbox_process import Sandbox
 from toolcalls.models import ToolCall
 

@@ -4,16 +4,14 @@ agent processes (the examples) that a test can kill and start again."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Coroutine, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
@@ -21,16 +19,9 @@ from runs.models import User
 from tests.helpers import ROOT, approval_of, decide, logged_in, wait_for
 from toolcalls.models import ToolCall
 
-T = TypeVar("T")
 # What the examples print last: the tool's answer as the model received it.
 RECEIVED = "model received: "
 
-
-def run_async(coroutine: Coroutine[Any, Any, T]) -> T:
-    """Run the agent's event loop in a thread of its own, as the client tests do: the test's
-    thread keeps the ORM synchronous."""
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, coroutine).result()
 
 
 def held_call(**filters: Any) -> ToolCall:

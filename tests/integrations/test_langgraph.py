@@ -10,7 +10,6 @@ from its saved state.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import subprocess
@@ -32,7 +31,7 @@ from langgraph.types import Command
 from examples.langgraph_refund import REFUND, ScriptedModel, build_agent, run_agent
 from runs.models import User
 from tests import helpers
-from tests.helpers import ROOT, ApiClient, approval_of, decide, logged_in, wait_for
+from tests.helpers import ROOT, ApiClient, approval_of, decide, logged_in, run_async, wait_for
 from tests.sandbox_process import Sandbox
 from toolcalls.models import ToolCall
 
@@ -178,7 +177,7 @@ def test_an_async_agent_parks_the_same_way(cs: Countersign, sandbox: Sandbox) ->
     agent = build_agent(cs, InMemorySaver(), wait_s=0.5)
     config = {"configurable": {"thread_id": "thread-async"}}
 
-    state = asyncio.run(agent.ainvoke({"messages": [HumanMessage("refund")]}, config))
+    state = run_async(agent.ainvoke({"messages": [HumanMessage("refund")]}, config))
 
     [parked] = state["__interrupt__"]
     assert parked.value["countersign"]["status"] == "awaiting_approval"

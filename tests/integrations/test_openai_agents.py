@@ -17,8 +17,16 @@ from django.db import connections
 
 from examples.openai_agents_refund import REFUND, ScriptedRefundModel
 from runs.models import Tenant, User
-from tests.helpers import ApiClient, WebhookReceiver, approval_of, decide, logged_in, wait_for
-from tests.integrations.conftest import approve_with_an_edit, held_call, run_async
+from tests.helpers import (
+    ApiClient,
+    WebhookReceiver,
+    approval_of,
+    decide,
+    logged_in,
+    run_async,
+    wait_for,
+)
+from tests.integrations.conftest import approve_with_an_edit, held_call
 from tests.sandbox_process import Sandbox
 from toolcalls.models import ToolCall, Webhook
 

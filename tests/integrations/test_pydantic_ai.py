@@ -16,8 +16,8 @@ from pydantic_ai import Agent, DeferredToolRequests
 
 from examples.pydantic_ai_refund import REFUND, scripted_model
 from runs.models import User
-from tests.helpers import ApiClient, approval_of, decide, logged_in, wait_for
-from tests.integrations.conftest import approve_with_an_edit, held_call, run_async
+from tests.helpers import ApiClient, approval_of, decide, logged_in, run_async, wait_for
+from tests.integrations.conftest import approve_with_an_edit, held_call
 from tests.sandbox_process import Sandbox
 from toolcalls.models import ToolCall
 
