@@ -52,7 +52,8 @@ def field_choices(capability_id: str) -> list[tuple[str, str]]:
     choices = [("", "— a condition instead —")]
     for name, spec in schema_fields(capability_id).items():
         if spec.get("type") in ("integer", "number", "string", "boolean"):
-            unit = " ($)" if is_money(name) else ""
+            # The value is typed in units of the call's currency (200.00), not cents.
+            unit = " (200.00, not cents)" if is_money(name) else ""
             choices.append((name, f"{field_label(capability_id, name)}{unit}"))
     return choices
 

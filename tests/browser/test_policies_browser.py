@@ -29,7 +29,7 @@ def test_an_admin_tries_a_rule_then_publishes_it(
     log_in(page, live_server.url, "olivia", PASSWORD)
     page.goto(f"{live_server.url}/policies/")
     expect(page.locator("#policies")).to_contain_text(
-        "Refunds with amount over $200.00 need 1 approver"
+        "Refunds with amount over 200.00 (in the call's currency) need 1 approver"
     )
     page.get_by_role("link", name="Refund an order").click()
     page.get_by_role("link", name="Edit the policy").click()
