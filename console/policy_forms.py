@@ -53,7 +53,7 @@ def field_choices(capability_id: str) -> list[tuple[str, str]]:
     for name, spec in schema_fields(capability_id).items():
         if spec.get("type") in ("integer", "number", "string", "boolean"):
             # The value is typed in units of the call's currency (200.00), not cents.
-            unit = " (200.00, not cents)" if is_money(name) else ""
+            unit = " (in currency units, not cents)" if is_money(name) else ""
             choices.append((name, f"{field_label(capability_id, name)}{unit}"))
     return choices
 
