@@ -58,8 +58,12 @@ def test_an_admin_tries_a_rule_then_publishes_it(
 
     page.get_by_role("button", name="Publish version 2").click()
     expect(page.get_by_text("Published version 2.")).to_be_visible()
-    expect(page.locator("#diff .diff-added").first).to_contain_text("over 300.00 (in the call's currency)")
-    expect(page.locator("#diff .diff-removed").first).to_contain_text("over 200.00 (in the call's currency)")
+    expect(page.locator("#diff .diff-added").first).to_contain_text(
+        "over 300.00 (in the call's currency)"
+    )
+    expect(page.locator("#diff .diff-removed").first).to_contain_text(
+        "over 200.00 (in the call's currency)"
+    )
 
     # The next $250 refund is judged by version 2: no approval, and the worker sends it.
     sent = propose(agent, BIG_REFUND, intent="after")
