@@ -196,6 +196,21 @@ def forms_for(policy: Policy, data: Any = None) -> tuple[PolicyForm, Any]:
     return PolicyForm(data), rules
 
 
+def forms_with_another_rule(policy: Policy, data: Any) -> tuple[PolicyForm, Any]:
+    """The forms as typed, with one more empty rule row (up to the formset's maximum).
+    Nothing is saved; a row typed half-way shows what it still needs."""
+    total = data.get("rules-TOTAL_FORMS", "")
+    if not total.isdigit():
+        # Not this editor's form: start again from the version in force.
+        return forms_for(policy)
+    more = data.copy()
+    more["rules-TOTAL_FORMS"] = str(min(int(total) + 1, RuleFormSet.max_num))
+    form, rules = forms_for(policy, more)
+    # The page reloads: the cursor goes to the new row rather than the top of the page.
+    rules.forms[-1].fields["name"].widget.attrs["autofocus"] = True
+    return form, rules
+
+
 def draft_of(form: PolicyForm, rules: Any) -> PolicyDraft:
     """The draft the valid forms describe (call after is_valid() on both)."""
     data = form.cleaned_data
