@@ -204,7 +204,13 @@ def forms_with_another_rule(policy: Policy, data: Any) -> tuple[PolicyForm, Any]
         # Not this editor's form: start again from the version in force.
         return forms_for(policy)
     more = data.copy()
-    more["rules-TOTAL_FORMS"] = str(min(int(total) + 1, RuleFormSet.max_num))
+    count = min(int(total) + 1, RuleFormSet.max_num)
+    more["rules-TOTAL_FORMS"] = str(count)
+    # The new row's data is its fields' initial values, as an empty row the page rendered
+    # itself would send: unchanged, it is skipped, not refused, when the form is sent.
+    for name, field in RuleForm.base_fields.items():
+        if field.initial is not None and f"rules-{count - 1}-{name}" not in more:
+            more[f"rules-{count - 1}-{name}"] = str(field.initial)
     form, rules = forms_for(policy, more)
     # The page reloads: the cursor goes to the new row rather than the top of the page.
     rules.forms[-1].fields["name"].widget.attrs["autofocus"] = True

@@ -36,6 +36,9 @@ def test_it_adds_an_empty_row_and_keeps_what_was_typed(admin: Client) -> None:
     assert 'name="rules-0-value" value="300"' in page and 'name="rules-1-value" value="700"' in page
     assert 'name="rules-1-name" value="large"' in page
     assert re.search(r'<input[^>]*name="rules-2-name"[^>]*autofocus', page)
+    # The new row starts as an empty row of the editor does, so sent untouched it is skipped.
+    assert re.search(r'name="rules-2-approvers" value="1"', page)
+    assert re.search(r'<option value="high" selected>', page.split('name="rules-2-risk"')[1])
     assert 'name="expiry_hours" value="4"' in page
     assert not Policy.objects.exists()
 
