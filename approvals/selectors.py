@@ -8,6 +8,7 @@ from datetime import datetime
 from django.db.models import (
     Case,
     Count,
+    F,
     IntegerField,
     Max,
     OuterRef,
@@ -45,7 +46,12 @@ def inbox(*, tenant: Tenant) -> QuerySet[Approval]:
     return (
         Approval.objects.filter(tenant=tenant, state=Approval.State.PENDING)
         .select_related("run")
-        .annotate(risk_rank=RISK_ORDER, approved_count=Coalesce(Subquery(approved), 0))
+        .annotate(
+            risk_rank=RISK_ORDER,
+            approved_count=Coalesce(Subquery(approved), 0),
+            # The console writes the summary from the capability's contract (money as money).
+            capability_id=F("tool_call__capability_id"),
+        )
         .order_by("expires_at", "risk_rank", "id")
     )
 

@@ -84,7 +84,7 @@ def call_summary(call: ToolCall) -> str:
     if capability is None:
         return call.capability_id
     try:
-        return capability.summary(call.args)
+        return formatting.summary_text(capability, call.args, capability.summary(call.args))
     except (KeyError, TypeError, ValueError):
         return call.capability_id
 

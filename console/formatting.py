@@ -6,6 +6,7 @@ from __future__ import annotations
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from toolcalls import capabilities
 from toolcalls.capabilities import Capability
 
 SYMBOLS = {"USD": "$", "EUR": "€", "GBP": "£", "JPY": "¥", "CAD": "CA$", "AUD": "A$"}
@@ -114,3 +115,21 @@ def cents_to_major_units(cents: Any, currency: str | None) -> str:
     if (currency or "").upper() in NO_MINOR_UNITS:
         return str(cents)
     return f"{cents // 100}.{cents % 100:02d}" if cents >= 0 else str(Decimal(cents) / 100)
+
+
+def summary_text(capability: Capability | str | None, args: dict[str, Any], stored: str) -> str:
+    """The summary a person reads: the stored one (it is hashed into events, so it stays as
+    the contract wrote it), with each amount the contract writes as "1200.00 USD" shown as
+    money, "$1,200.00". Anything it cannot match stays as stored."""
+    if isinstance(capability, str):
+        capability = capabilities.get(capability)
+    if not isinstance(args, dict):
+        return stored
+    text = stored
+    for name, currency_field in money_fields(capability).items():
+        cents, currency = args.get(name), args.get(currency_field)
+        if not isinstance(cents, int) or isinstance(cents, bool) or not isinstance(currency, str):
+            continue
+        written = f"{cents / 100:.2f} {currency.upper()}"
+        text = text.replace(written, money(cents, currency))
+    return text

@@ -52,7 +52,8 @@ def field_choices(capability_id: str) -> list[tuple[str, str]]:
     choices = [("", "— a condition instead —")]
     for name, spec in schema_fields(capability_id).items():
         if spec.get("type") in ("integer", "number", "string", "boolean"):
-            unit = " ($)" if is_money(name) else ""
+            # The value is typed in units of the call's currency (200.00), not cents.
+            unit = " (in currency units, not cents)" if is_money(name) else ""
             choices.append((name, f"{field_label(capability_id, name)}{unit}"))
     return choices
 
@@ -193,6 +194,27 @@ def forms_for(policy: Policy, data: Any = None) -> tuple[PolicyForm, Any]:
         return PolicyForm(initial=PolicyForm.initial_of(policy)), rules
     rules = RuleFormSet(data, initial=initial, prefix="rules", form_kwargs=kwargs)
     return PolicyForm(data), rules
+
+
+def forms_with_another_rule(policy: Policy, data: Any) -> tuple[PolicyForm, Any]:
+    """The forms as typed, with one more empty rule row (up to the formset's maximum).
+    Nothing is saved; a row typed half-way shows what it still needs."""
+    total = data.get("rules-TOTAL_FORMS", "")
+    if not total.isdigit():
+        # Not this editor's form: start again from the version in force.
+        return forms_for(policy)
+    more = data.copy()
+    count = min(int(total) + 1, RuleFormSet.max_num)
+    more["rules-TOTAL_FORMS"] = str(count)
+    # The new row's data is its fields' initial values, as an empty row the page rendered
+    # itself would send: unchanged, it is skipped, not refused, when the form is sent.
+    for name, field in RuleForm.base_fields.items():
+        if field.initial is not None and f"rules-{count - 1}-{name}" not in more:
+            more[f"rules-{count - 1}-{name}"] = str(field.initial)
+    form, rules = forms_for(policy, more)
+    # The page reloads: the cursor goes to the new row rather than the top of the page.
+    rules.forms[-1].fields["name"].widget.attrs["autofocus"] = True
+    return form, rules
 
 
 def draft_of(form: PolicyForm, rules: Any) -> PolicyDraft:

@@ -1,8 +1,10 @@
-"""Policies in words: each rule as a sentence ("Refunds with amount over $200.00 need 2
-approvers, from people with the approver or admin role; expire after 4 h 30 min and then are
-cancelled"), durations in hours and minutes, and the difference between two versions, line by
-line. Conditions are read from the same parsed tree the evaluator walks
-(approvals/conditions.py); one the words below do not cover is quoted as written."""
+"""Policies in words: each rule as a sentence ("Refunds with amount over €200.00 and
+currency is “EUR” need 2 approvers, from people with the approver or admin role; expire after
+4 h 30 min and then are cancelled"), amounts in the currency the rule fixes ("200.00 (in the
+call's currency)" when it fixes none), durations in hours and minutes, and the difference
+between two versions, line by line. Conditions are read from the same parsed tree the
+evaluator walks (approvals/conditions.py); one the words below do not cover is quoted as
+written."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from typing import Any
 
 from approvals.conditions import ConditionError, parse
 from approvals.models import Policy
+from console import formatting
 from toolcalls import capabilities
 
 # What a capability's calls are called in a sentence; others are "Calls to <title>".
@@ -49,10 +52,48 @@ def is_money(field_name: str) -> bool:
     return field_name.endswith("_cents")
 
 
-def money(cents: Any) -> str:
+def money(cents: Any, currency: str | None) -> str:
+    """An amount of a rule in its currency ("$200.00"); a rule that does not fix the currency
+    compares the number whatever the call's currency is, and says so."""
     if isinstance(cents, bool) or not isinstance(cents, int | float):
         return repr(cents)
-    return f"-${abs(cents) / 100:,.2f}" if cents < 0 else f"${cents / 100:,.2f}"
+    if currency and isinstance(cents, int):
+        return formatting.money(cents, currency)
+    number = f"-{abs(cents) / 100:,.2f}" if cents < 0 else f"{cents / 100:,.2f}"
+    return f"{number} (in the call's currency)"
+
+
+def currency_field(capability_id: str, field_name: str) -> str:
+    """The argument naming the currency of a money field: the capability's schema pairs
+    `*_cents` with `currency` (console/formatting.py); else the argument `currency`."""
+    return formatting.money_fields(capabilities.get(capability_id)).get(field_name, "currency")
+
+
+def schema_currency(capability_id: str, field_name: str) -> str | None:
+    """The one currency the capability's schema allows for the field (`const`, or an `enum`
+    of one), if it fixes one."""
+    capability = capabilities.get(capability_id)
+    properties = capability.input_schema.get("properties", {}) if capability else {}
+    spec = properties.get(currency_field(capability_id, field_name), {})
+    allowed = [spec["const"]] if "const" in spec else spec.get("enum", [])
+    return allowed[0] if len(allowed) == 1 and isinstance(allowed[0], str) else None
+
+
+def _fixed_currencies(values: list[ast.AST]) -> dict[str, str]:
+    """`currency == "EUR"` (or `in ["EUR"]`) among the operands of an `and`: each fixes the
+    currency of every other operand. By field name."""
+    fixed = {}
+    for node in values:
+        if not (isinstance(node, ast.Compare) and len(node.ops) == 1):
+            continue
+        name, value = _field_name(node.left), _literal(node.comparators[0])
+        if isinstance(node.ops[0], ast.In) and isinstance(value, list) and len(value) == 1:
+            value = value[0]
+        elif not isinstance(node.ops[0], ast.Eq):
+            continue
+        if name is not None and isinstance(value, str):
+            fixed[name] = value
+    return fixed
 
 
 def noun(capability_id: str) -> str:
@@ -90,11 +131,11 @@ def _literal(node: ast.AST) -> Any:
         return None
 
 
-def _value_words(field_name: str, value: Any) -> str:
+def _value_words(field_name: str, value: Any, currency: str | None = None) -> str:
     if isinstance(value, list):
-        return ", ".join(_value_words(field_name, item) for item in value)
+        return ", ".join(_value_words(field_name, item, currency) for item in value)
     if is_money(field_name):
-        return money(value)
+        return money(value, currency)
     if isinstance(value, str):
         return f"“{value}”"
     return (
@@ -102,24 +143,34 @@ def _value_words(field_name: str, value: Any) -> str:
     )
 
 
-def _words(node: ast.AST, capability_id: str) -> str:
+def _words(node: ast.AST, capability_id: str, fixed: dict[str, str] | None = None) -> str:
+    """`fixed`: the currency fields an enclosing `and` pins to one value; they hold inside
+    every operand below it (an `or` or `not` below adds none of its own)."""
+    fixed = fixed or {}
     if isinstance(node, ast.BoolOp):
         joiner = " and " if isinstance(node.op, ast.And) else " or "
+        if isinstance(node.op, ast.And):
+            fixed = {**fixed, **_fixed_currencies(node.values)}
         # A nested and/or is bracketed: "a and (b or c)" must not read as "(a and b) or c".
         return joiner.join(
-            f"({_words(value, capability_id)})"
+            f"({_words(value, capability_id, fixed)})"
             if isinstance(value, ast.BoolOp)
-            else _words(value, capability_id)
+            else _words(value, capability_id, fixed)
             for value in node.values
         )
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
-        return f"not ({_words(node.operand, capability_id)})"
+        return f"not ({_words(node.operand, capability_id, fixed)})"
     if isinstance(node, ast.Compare) and len(node.ops) == 1:
         name = _field_name(node.left)
         value_node = node.comparators[0]
         if name is not None and _field_name(value_node) is None:
             words = OPERATORS[type(node.ops[0])]
-            value = _value_words(name, _literal(value_node))
+            currency = None
+            if is_money(name):
+                currency = fixed.get(currency_field(capability_id, name)) or schema_currency(
+                    capability_id, name
+                )
+            value = _value_words(name, _literal(value_node), currency)
             return f"{field_label(capability_id, name)} {words} {value}"
     return f"`{ast.unparse(node)}`"
 

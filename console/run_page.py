@@ -7,7 +7,27 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
+from console import formatting
 from runs.models import Event, Run
+from toolcalls.models import ToolCall
+
+
+def for_people(progress: dict[str, Any], calls: list[ToolCall]) -> dict[str, Any]:
+    """The progress contract with each item's summary as a person reads it (money as money);
+    the agent's contract itself keeps the contract's words."""
+    by_id = {call.pk: call for call in calls}
+
+    def rewrite(item: dict[str, Any]) -> dict[str, Any]:
+        call = by_id.get(item["tool_call_id"])
+        if call is None:
+            return item
+        text = formatting.summary_text(call.capability_id, call.args, item["summary"])
+        return {**item, "summary": text}
+
+    return {
+        **progress,
+        **{key: [rewrite(i) for i in progress[key]] for key in ("verified", "open", "failed")},
+    }
 
 
 def next_step_for_people(run: Run, progress: dict[str, Any]) -> str:

@@ -22,6 +22,12 @@ def money(cents: Any, currency: str | None = None) -> str:
 
 
 @register.simple_tag
+def summary_text(stored: str, capability: Any, args: dict[str, Any]) -> str:
+    """The stored summary as a person reads it: amounts as money ("$1,200.00")."""
+    return formatting.summary_text(capability, args, stored)
+
+
+@register.simple_tag
 def local_time(moment: datetime | None) -> SafeString | str:
     """`<time>` with the UTC time as text; times.js rewrites it in the viewer's zone, with
     the zone's name."""

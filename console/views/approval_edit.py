@@ -244,7 +244,8 @@ def confirm_edits(request: HttpRequest, approval_id: str) -> HttpResponse:
         "changes": formatting.diff_rows(capability, diff, approval.args, new_args),
         "warnings": amount_warnings(capability, approval.args, new_args)
         + policy_warnings(request.user.tenant, approval, capability, new_args),
-        "summary": capability.summary(new_args),
+        "current_summary": formatting.summary_text(capability, approval.args, approval.summary),
+        "summary": formatting.summary_text(capability, new_args, capability.summary(new_args)),
         "stale": stale,
     }
     return render(request, "approvals/confirm_edit.html", context)

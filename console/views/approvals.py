@@ -71,6 +71,7 @@ def _page_context(request: HttpRequest, approval: Approval, **extra: Any) -> dic
     refused_edit = {} if request.htmx else request.session.pop(f"edit-form:{approval.pk}", {})
     return {
         "approval": approval,
+        "summary": formatting.summary_text(capability, approval.args, approval.summary),
         "call": call,
         "capability": capability,
         "decisions": decisions,

@@ -133,6 +133,9 @@ def policy_edit(request: HttpRequest, capability_id: str) -> HttpResponse:
     current = policy_preview(tenant, _known(capability_id))
     if request.method != "POST":
         return _edit_page(request, current, policy_forms.forms_for(current))
+    if "add_rule" in request.POST:
+        more = policy_forms.forms_with_another_rule(current, request.POST)
+        return _edit_page(request, current, more)
     form, rules = policy_forms.forms_for(current, request.POST)
     if not (form.is_valid() and rules.is_valid()):
         return _edit_page(request, current, (form, rules), status=422)

@@ -61,7 +61,7 @@ def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
         return HttpResponse(status=204)
     window = selectors.run_events_window(run=run, size=TIMELINE_WINDOW, before=before)
     tool_calls = list(run_tool_calls(run=run))
-    contract = progress(run, tool_calls)
+    contract = run_page.for_people(progress(run, tool_calls), tool_calls)
     context = {
         "last_seq": last_seq,
         "run": run,

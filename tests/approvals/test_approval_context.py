@@ -88,7 +88,7 @@ def test_a_gateway_that_hangs_gives_a_sentence_not_a_hung_page(
     approval = approval_of(propose(agent, BIG_REFUND))
     settings.SANDBOX_URL = silent_gateway.url
     page = logged_in(approver).get(f"/approvals/{approval.pk}/").content.decode()
-    assert "Refund 250.00 USD on order order-003" in page  # the page itself reads nothing there
+    assert "Refund $250.00 on order order-003" in page  # the page itself reads nothing there
     panel = context_panel(approver, approval)
     assert "couldn&#x27;t reach the payment gateway (timed out after 2 s)" in panel
     assert '<time datetime="' in panel[panel.index("context-problem") :]

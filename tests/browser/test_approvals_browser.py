@@ -40,7 +40,7 @@ def test_an_approval_appears_is_approved_and_dispatched_and_stays_true(
 
     call = propose(world, BIG_REFUND)  # while alice watches the inbox
 
-    row = page.get_by_role("link", name=re.compile("Refund 250.00 USD on order order-003"))
+    row = page.get_by_role("link", name=re.compile(r"Refund \$250\.00 on order order-003"))
     expect(row).to_be_visible(timeout=10_000)
     expect(page.locator("#nav-approvals-count")).to_have_text("1")
     row.click()

@@ -20,15 +20,15 @@ def test_focus_stays_on_the_row_it_was_on_when_the_inbox_refreshes(
     propose(agent, {**BIG_REFUND, "amount_cents": 24000}, intent="first")
     log_in(page, live_server.url, "alice", PASSWORD)
     page.goto(f"{live_server.url}/approvals/")
-    first = page.get_by_role("link", name=re.compile("Refund 240.00 USD"))
+    first = page.get_by_role("link", name=re.compile(r"Refund \$240\.00"))
     first.focus()
     # A refund that expires no sooner arrives below it while alice's focus is on the first.
     propose(agent, {**BIG_REFUND, "amount_cents": 23000}, intent="second")
-    expect(page.get_by_role("link", name=re.compile("Refund 230.00 USD"))).to_be_visible(
+    expect(page.get_by_role("link", name=re.compile(r"Refund \$230\.00"))).to_be_visible(
         timeout=10_000
     )
     focused = page.evaluate("[document.activeElement.tagName, document.activeElement.textContent]")
-    assert focused[0] == "A" and "Refund 240.00 USD" in focused[1]  # the row kept its focus
+    assert focused[0] == "A" and "Refund $240.00" in focused[1]  # the row kept its focus
 
 
 def test_a_decision_made_elsewhere_is_announced(

@@ -29,7 +29,7 @@ def test_an_admin_tries_a_rule_then_publishes_it(
     log_in(page, live_server.url, "olivia", PASSWORD)
     page.goto(f"{live_server.url}/policies/")
     expect(page.locator("#policies")).to_contain_text(
-        "Refunds with amount over $200.00 need 1 approver"
+        "Refunds with amount over 200.00 (in the call's currency) need 1 approver"
     )
     page.get_by_role("link", name="Refund an order").click()
     page.get_by_role("link", name="Edit the policy").click()
@@ -58,8 +58,12 @@ def test_an_admin_tries_a_rule_then_publishes_it(
 
     page.get_by_role("button", name="Publish version 2").click()
     expect(page.get_by_text("Published version 2.")).to_be_visible()
-    expect(page.locator("#diff .diff-added").first).to_contain_text("over $300.00")
-    expect(page.locator("#diff .diff-removed").first).to_contain_text("over $200.00")
+    expect(page.locator("#diff .diff-added").first).to_contain_text(
+        "over 300.00 (in the call's currency)"
+    )
+    expect(page.locator("#diff .diff-removed").first).to_contain_text(
+        "over 200.00 (in the call's currency)"
+    )
 
     # The next $250 refund is judged by version 2: no approval, and the worker sends it.
     sent = propose(agent, BIG_REFUND, intent="after")

@@ -33,7 +33,7 @@ def test_the_contract_lists_verified_and_open_items_and_the_next_step(
     assert contract["budgets"]["attempts"] == {"used": 1, "max": 200, "left": 199}
     page = logged_in(approver).get(f"/runs/{run_id}/").content.decode()
     # The page says it in words for people, and keeps the agent's sentence under Details.
-    assert "What happens next: A person decides Refund 250.00 USD" in page
+    assert "What happens next: A person decides Refund $250.00" in page
     assert contract["next_safe_step"] in page
     assert "Verified (1)" in page and "Open (1)" in page
     assert "2 used of 5, 3 left" in page
