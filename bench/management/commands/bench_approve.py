@@ -303,8 +303,8 @@ class Bench:
         )
         h = r["hop"]
         self.say(
-            f"  decision committed (tool_call.authorized) -> dispatching: p50 {h['p50']:.1f} ms, "
-            f"p95 {h['p95']:.1f} ms, p99 {h['p99']:.1f} ms"
+            f"  tool_call.authorized (written inside the POST's transaction) -> dispatching: "
+            f"p50 {h['p50']:.1f} ms, p95 {h['p95']:.1f} ms, p99 {h['p99']:.1f} ms"
         )
         if load is not None:
             self.say(
