@@ -31,6 +31,7 @@ from toolcalls.capabilities import Capability
 from toolcalls.checks import arguments_check, business_check, edits_check
 from toolcalls.models import E, ToolCall
 from toolcalls.writes import (
+    DISPATCH_APPROVED_TASK,
     DISPATCH_TASK,
     tool_call_event,
     tool_call_lock,
@@ -48,16 +49,23 @@ def requirement_for(
 
 
 def tool_call_authorize(
-    *, call: ToolCall, actor: str, producer: str, reason: str, **details: Any
+    *,
+    call: ToolCall,
+    actor: str,
+    producer: str,
+    reason: str,
+    task: str = DISPATCH_TASK,
+    **details: Any,
 ) -> None:
-    """Authorized: dispatch it (at `next_attempt_at` when a retry waits)."""
+    """Authorized: dispatch it (at `next_attempt_at` when a retry waits). `task`: which
+    dispatch task, hence which queue (DISPATCH_APPROVED_TASK when a person just approved)."""
     tool_call_transition(
         call, "authorize", actor=actor, producer=producer, reason=reason, **details
     )
     countdown = 0.0
     if call.next_attempt_at:
         countdown = max(0.0, (call.next_attempt_at - timezone.now()).total_seconds())
-    outbox.enqueue(DISPATCH_TASK, call.pk, countdown=countdown)
+    outbox.enqueue(task, call.pk, countdown=countdown)
 
 
 def tool_call_hold_for_approval(
@@ -181,7 +189,11 @@ def tool_call_follow_approval(
     (1 of 2 approvers so far): nothing changes."""
     if approval.state == Approval.State.APPROVED:
         tool_call_authorize(
-            call=call, actor=actor, producer=producer, reason=reason or f"approved ({approval.pk})"
+            call=call,
+            actor=actor,
+            producer=producer,
+            reason=reason or f"approved ({approval.pk})",
+            task=DISPATCH_APPROVED_TASK,
         )
         webhooks.approval_decided(approval, call)
     elif approval.state == Approval.State.REJECTED:
@@ -365,7 +377,11 @@ def _ask_again_after_edit(
     needed = requirement_for(call, capability)
     if needed.approvers == 0:
         tool_call_authorize(
-            call=call, actor=actor, producer="console", reason="edited arguments need no approval"
+            call=call,
+            actor=actor,
+            producer="console",
+            reason="edited arguments need no approval",
+            task=DISPATCH_APPROVED_TASK,
         )
         webhooks.approval_decided(approval, call)
         lifecycle.run_resume_if_unblocked(run_id=call.run_id, actor=actor, producer="console")

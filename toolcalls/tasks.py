@@ -15,6 +15,13 @@ def dispatch_tool_call(tool_call_id: str, outbox_id: str | None = None) -> None:
     crashpoint("before_ack")
 
 
+# The same service; only the queue differs (settings: CELERY_TASK_ROUTES).
+@shared_task(name="toolcalls.dispatch_approved")
+def dispatch_approved_tool_call(tool_call_id: str, outbox_id: str | None = None) -> None:
+    dispatch.tool_call_dispatch(tool_call_id=tool_call_id, outbox_id=outbox_id)
+    crashpoint("before_ack")
+
+
 @shared_task(name="toolcalls.reconcile")
 def reconcile_tool_call(tool_call_id: str, outbox_id: str | None = None) -> None:
     reconcile.tool_call_reconcile(tool_call_id=tool_call_id, outbox_id=outbox_id)

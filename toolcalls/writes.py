@@ -21,6 +21,9 @@ from toolcalls.models import ToolCall
 
 # Celery task names, enqueued through the outbox (toolcalls/tasks.py runs them).
 DISPATCH_TASK = "toolcalls.dispatch"
+# The same dispatch for a call a person has just approved, routed to the `interactive` queue
+# that workers take from first (CELERY_TASK_ROUTES): the approver is waiting for it.
+DISPATCH_APPROVED_TASK = "toolcalls.dispatch_approved"
 RECONCILE_TASK = "toolcalls.reconcile"
 VERIFY_TASK = "toolcalls.verify"
 

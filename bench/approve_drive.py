@@ -1,0 +1,270 @@
+"""The part of `bench_approve` that runs inside Django, against the benchmark database only.
+
+`setup` creates the tenant, an approver with a password and the runs; `load` proposes
+auto-authorized refunds from several threads until told to stop (the bulk work that keeps the
+workers busy); `clicks` proposes refunds over the approval threshold one at a time, logs the
+approver in through the login page and posts the console's approve endpoint for each, and
+measures from the POST's start to the call's `tool_call.dispatching` event.
+"""
+
+from __future__ import annotations
+
+import cProfile
+import io
+import pstats
+import secrets
+import threading
+import time
+from math import inf
+from pathlib import Path
+from typing import Any
+
+import redis
+from django.conf import settings
+from django.db import connection
+from django.test import Client
+
+from bench.driver import ACTOR, CAPABILITY, FIRST_ORDER, TENANT, Monitor, percentile
+
+# The clicked refunds: orders of their own, captured with room for a refund over $200.
+FIRST_CLICK_ORDER = 900_000
+CLICK_AMOUNT_CENTS = 20_100
+CLICK_CAPTURED_CENTS = 50_000
+APPROVER = "bench-approver"
+LOAD_CALLS_PER_RUN = 200
+
+
+def setup(clicks: int, load_calls: int) -> dict[str, Any]:
+    from runs.models import Tenant, User
+    from runs.services import run_start
+    from toolcalls.models import ToolCall
+
+    tenant, _ = Tenant.objects.get_or_create(slug=TENANT, defaults={"name": "Bench"})
+    password = secrets.token_hex(8)
+    user, _ = User.objects.get_or_create(
+        username=APPROVER, defaults={"tenant": tenant, "role": "approver"}
+    )
+    user.set_password(password)
+    user.save()
+
+    def runs(count: int, per_run: int, label: str) -> list[str]:
+        return [
+            run_start(
+                tenant=tenant,
+                title=f"bench_approve {label} {i}",
+                actor=ACTOR,
+                max_tool_calls=per_run,
+                max_attempts=per_run * 10,
+            )[0].pk
+            for i in range(count)
+        ]
+
+    return {
+        # Orders of this run start past every call made before, in a database kept from an
+        # earlier run: the business check counts our earlier refunds of an order.
+        "offset": ToolCall.objects.count(),
+        "password": password,
+        # One run per click: a run waiting on its approval never holds up the next click.
+        "click_runs": runs(clicks, 1, "click"),
+        "load_runs": runs(max(1, -(-load_calls // LOAD_CALLS_PER_RUN)), LOAD_CALLS_PER_RUN, "load"),
+    }
+
+
+def _tenant():
+    from runs.models import Tenant
+
+    return Tenant.objects.get(slug=TENANT)
+
+
+def load(
+    *,
+    run_ids: list[str],
+    calls: int,
+    threads: int,
+    stop_file: str,
+    offset: int,
+    backlog: int,
+    backlog_file: str,
+) -> dict[str, Any]:
+    """Propose auto-authorized refunds until `stop_file` exists or `calls` were proposed.
+    `backlog_file` is written once the first `backlog` were proposed: the benchmark starts the
+    workers then, so they begin behind a queue of bulk work (on two cores, proposing alone
+    cannot outpace them)."""
+    from toolcalls.propose import tool_call_propose
+
+    tenant = _tenant()
+    stop = Path(stop_file)
+    proposed = [0] * threads
+    errors: list[str] = []
+    backlog_done = threading.Barrier(threads, action=lambda: Path(backlog_file).touch())
+
+    def propose(i: int) -> None:
+        try:
+            tool_call_propose(
+                tenant=tenant,
+                run_id=run_ids[i // LOAD_CALLS_PER_RUN],
+                capability_id=CAPABILITY,
+                args={
+                    "order_id": f"order-{FIRST_ORDER + offset + i}",
+                    "amount_cents": 1,
+                    "currency": "USD",
+                    "reason": f"load {i}",
+                },
+                intent=f"load-{i}",
+                actor=ACTOR,
+            )
+        except Exception as exc:  # report, do not stop the load
+            errors.append(f"load {i}: {type(exc).__name__}: {exc}")
+
+    def propose_slice(first: int) -> None:
+        try:
+            waited = False
+            for i in range(first, calls, threads):
+                if i >= backlog and not waited:
+                    waited = True
+                    backlog_done.wait(timeout=900)
+                if stop.exists():
+                    return
+                propose(i)
+                proposed[first] += 1
+        finally:
+            connection.close()
+
+    workers = [threading.Thread(target=propose_slice, args=(o,)) for o in range(threads)]
+    started = time.time()
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    return {
+        "proposed": sum(proposed),
+        "errors": errors[:5],
+        "error_count": len(errors),
+        "seconds": time.time() - started,
+    }
+
+
+# long: one click after another, each step of the measure in order; then the figures
+def clicks(
+    *,
+    run_ids: list[str],
+    password: str,
+    gap: float,
+    timeout: float,
+    broker: str,
+    offset: int,
+    profile: bool = False,
+) -> dict[str, Any]:
+    from approvals.models import Approval
+    from toolcalls.propose import tool_call_propose
+
+    tenant = _tenant()
+    client = Client(HTTP_HOST="127.0.0.1")
+    login = client.post("/login/", {"username": APPROVER, "password": password})
+    if login.status_code != 302:
+        raise RuntimeError(f"the approver's login failed: {login.status_code}")
+    queue = redis.Redis.from_url(broker)
+    # --profile: where the POST's CPU goes (a CPU timer: waiting on the database is not in it).
+    profiler = cProfile.Profile(time.thread_time) if profile else _Direct()
+    monitor = Monitor()
+    samples: list[dict[str, Any]] = []
+    try:
+        for i, run_id in enumerate(run_ids):
+            call, _ = tool_call_propose(
+                tenant=tenant,
+                run_id=run_id,
+                capability_id=CAPABILITY,
+                args={
+                    "order_id": f"order-{FIRST_CLICK_ORDER + offset + i}",
+                    "amount_cents": CLICK_AMOUNT_CENTS,
+                    "currency": "USD",
+                    "reason": f"click {i}",
+                },
+                intent=f"click-{i}",
+                actor=ACTOR,
+            )
+            approval = Approval.objects.get(tool_call_id=call.pk)
+            backlog = {q: queue.llen(q) for q in ("celery", "interactive")}
+            started = time.time()
+            response = profiler.runcall(
+                client.post,
+                f"/approvals/{approval.pk}/approve/",
+                {"version": approval.version, "summary_hash": approval.summary_hash},
+            )
+            posted = time.time()
+            if response.status_code != 302:
+                raise RuntimeError(
+                    f"approve {approval.pk}: {response.status_code} {response.content[-2000:]}"
+                )
+            dispatching = _wait_dispatching(monitor, call.pk, started + timeout)
+            # The decision's commit: the call's `authorized` event, in the POST's transaction.
+            authorized = monitor.all(
+                "SELECT extract(epoch FROM occurred_at) FROM runs_event WHERE tool_call_id = %s"
+                " AND event_type = 'tool_call.authorized'",
+                [call.pk],
+            )[0][0]
+            samples.append(
+                {
+                    "call": call.pk,
+                    "started": started,
+                    "post_ms": (posted - started) * 1000,
+                    "dispatching_ms": (dispatching - started) * 1000 if dispatching else None,
+                    "hop_ms": (dispatching - float(authorized)) * 1000 if dispatching else None,
+                    "backlog": backlog,
+                }
+            )
+            time.sleep(gap)
+        first, last = samples[0]["started"], time.time()
+        background = monitor.all(
+            "SELECT count(*) FROM runs_event WHERE event_type = 'tool_call.dispatching'"
+            " AND occurred_at BETWEEN to_timestamp(%s) AND to_timestamp(%s)"
+            " AND NOT (tool_call_id = ANY(%s))",
+            [first, last, [s["call"] for s in samples]],
+        )[0][0]
+    finally:
+        monitor.close()
+    reached = [s["dispatching_ms"] for s in samples if s["dispatching_ms"] is not None]
+    # A click whose call did not reach dispatching within the timeout counts as infinitely slow:
+    # left out, it would make the percentiles look better the worse the queueing is.
+    waits = [inf if s["dispatching_ms"] is None else s["dispatching_ms"] for s in samples]
+    posts = [s["post_ms"] for s in samples]
+    hops = [inf if s["hop_ms"] is None else s["hop_ms"] for s in samples]
+    backlogs = [s["backlog"]["celery"] for s in samples]
+    return {
+        "clicks": len(samples),
+        "reached": len(reached),
+        "dispatching": {f"p{q}": percentile(waits, q) for q in (50, 95, 99)} | {"max": max(waits)},
+        "post": {f"p{q}": percentile(posts, q) for q in (50, 95, 99)},
+        "hop": {f"p{q}": percentile(hops, q) for q in (50, 95, 99)},
+        "backlog": {"p50": percentile(backlogs, 50), "max": max(backlogs)},
+        "background_per_s": background / (last - first),
+        "window_s": last - first,
+        "database": settings.DATABASES["default"]["NAME"],
+        "profile": _top(profiler) if profile else "",
+    }
+
+
+class _Direct:
+    def runcall(self, function, *args, **kwargs):
+        return function(*args, **kwargs)
+
+
+def _top(profiler: cProfile.Profile) -> str:
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(35)
+    return text.getvalue()
+
+
+def _wait_dispatching(monitor: Monitor, call_id: str, deadline: float) -> float | None:
+    """The `occurred_at` of the call's `tool_call.dispatching` event, as epoch seconds."""
+    while time.time() < deadline:
+        rows = monitor.all(
+            "SELECT extract(epoch FROM occurred_at) FROM runs_event"
+            " WHERE tool_call_id = %s AND event_type = 'tool_call.dispatching'"
+            " ORDER BY occurred_at LIMIT 1",
+            [call_id],
+        )
+        if rows:
+            return float(rows[0][0])
+        time.sleep(0.002)
+    return None

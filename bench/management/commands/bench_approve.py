@@ -1,0 +1,321 @@
+"""Approve click → dispatch started, with idle workers or while bulk work keeps them busy.
+
+    python manage.py bench_approve --database countersign_bench_approve --redis-db 3 \
+        --clicks 100 --load dispatch
+
+Proposes `--clicks` refunds over the approval threshold, one at a time; for each, an approver
+logged in through the login page posts the console's approve endpoint (Django's test Client in
+a child process: the whole request, middleware to redirect), and the time is taken from the
+POST's start to the `occurred_at` of the call's `tool_call.dispatching` event, written by a
+real `celery -A config worker` process. Prints p50/p95/p99 of that, the POST's own time, and
+with `--load dispatch` how many auto-authorized background calls per second reached
+`dispatching` while the clicks ran (proposed by another child process, as bench_dispatch
+does) and how long the bulk queue was at each click.
+
+Ownership as in bench_dispatch: the database `--database` is created with a comment that marks
+it as this benchmark's, a database of that name without the mark is refused, and one with it
+is dropped only with `--recreate`; the Redis database `--redis-db` is emptied only when it is
+empty or holds this benchmark's mark. The sandbox runs in a temporary directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import redis
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+from bench import pgstats
+from bench.approve_drive import CLICK_CAPTURED_CENTS, FIRST_CLICK_ORDER
+from bench.driver import FIRST_ORDER
+from bench.management.commands.bench_dispatch import _check_environment, _redis_db
+from bench.procs import Child, start_sandbox, start_worker, wait_for, wait_ready
+
+MARK = "countersign bench_approve: may be dropped by bench_approve --recreate"
+REDIS_MARK = "countersign:bench_approve"
+ROOT = Path(settings.BASE_DIR)
+
+
+def refuse_foreign(url: str, name: str) -> str | None:
+    """The database's comment (None: no such database); refuses one this benchmark did not
+    make."""
+    comment = pgstats.database_comment(url, name)
+    if comment is not None and comment != MARK:
+        raise CommandError(
+            f"A database {name} exists and bench_approve did not create it: it is left alone. "
+            "Name another."
+        )
+    return comment
+
+
+def own_database(url: str, name: str, recreate: bool) -> None:
+    """Create `name` with the mark; drop it first only when it carries the mark and --recreate
+    asks for it."""
+    comment = refuse_foreign(url, name)
+    if comment is None:
+        pgstats.create_marked_database(url, name, MARK)
+    elif recreate:
+        pgstats.drop_database(url, name)
+        pgstats.create_marked_database(url, name, MARK)
+
+
+def claim_redis(url: str) -> None:
+    """Empty the Redis database only when it is ours: empty, or marked by an earlier run."""
+    client = redis.Redis.from_url(url)
+    size = client.dbsize()
+    if size and not client.exists(REDIS_MARK):
+        raise CommandError(
+            f"Redis database {url} holds {size} keys and no mark of bench_approve: it is left "
+            "alone. Name an empty one with --redis-db."
+        )
+    client.flushdb()
+    client.set(REDIS_MARK, "bench_approve")
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+class Command(BaseCommand):
+    help = "Approve click -> dispatch started, idle or under bulk load (prints figures)."
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("--database", required=True, help="its PostgreSQL database")
+        parser.add_argument("--redis-db", type=int, required=True, help="its Redis database")
+        parser.add_argument("--recreate", action="store_true")
+        parser.add_argument("--clicks", type=int, default=100)
+        parser.add_argument("--gap", type=float, default=0.1, help="seconds between clicks")
+        parser.add_argument("--load", choices=["none", "dispatch"], default="none")
+        parser.add_argument("--load-calls", type=int, default=6000, help="at most, proposed")
+        parser.add_argument("--load-threads", type=int, default=4)
+        parser.add_argument("--warmup", type=float, default=3, help="seconds of load first")
+        parser.add_argument(
+            "--backlog", type=int, default=800, help="bulk calls proposed before workers start"
+        )
+        parser.add_argument("--workers", type=int, default=2)
+        parser.add_argument("--pool", default="threads", choices=["threads", "prefork", "solo"])
+        parser.add_argument("--concurrency", type=int, default=8)
+        parser.add_argument("--timeout", type=float, default=10, help="seconds per click")
+        parser.add_argument("--profile", action="store_true", help="print the POST's profile")
+        parser.add_argument("--inner", choices=["setup", "load", "clicks"], help="(internal)")
+        parser.add_argument("--inner-file", help="(internal)")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        if options["inner"]:
+            self._inner(options)
+            return
+        if options["clicks"] < 1:
+            raise CommandError("--clicks must be at least 1.")
+        if options["load"] == "dispatch" and options["load_calls"] < options["backlog"] + 100:
+            raise CommandError("--load-calls must exceed --backlog by at least 100.")
+        database_url, broker_url = _check_environment()
+        previous = signal.signal(signal.SIGTERM, _terminate)
+        try:
+            Bench(self, options, database_url, broker_url).run()
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+
+    def _inner(self, options: dict[str, Any]) -> None:
+        from bench import approve_drive, driver
+
+        name = settings.DATABASES["default"]["NAME"]
+        if pgstats.database_comment(os.environ["DATABASE_URL"], name) != MARK:
+            raise CommandError(f"--inner runs only on a database bench_approve made, not {name}.")
+        path = options["inner_file"]
+        spec = json.loads(Path(path).read_text())
+        phase = getattr(approve_drive, options["inner"])
+        driver.write_json(path, phase(**spec))
+
+
+class Bench:
+    def __init__(self, command: Command, options: dict[str, Any], db_url: str, broker: str):
+        self.command, self.options = command, options
+        self.db = options["database"]
+        self.url = pgstats.with_database(db_url, self.db)
+        self.broker = _redis_db(broker, options["redis_db"])
+        self.children: list[Child] = []
+
+    def say(self, text: str = "") -> None:
+        self.command.stdout.write(text)
+        self.command.stdout.flush()
+
+    def env(self, sandbox_url: str = "") -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k != "COUNTERSIGN_CONNECTORS_FILE"}
+        env.update(
+            DATABASE_URL=self.url,
+            CELERY_BROKER_URL=self.broker,
+            DJANGO_SETTINGS_MODULE="config.settings.base",
+            DJANGO_DEBUG="0",
+            CELERY_LOG_LEVEL="WARNING",
+            LOG_LEVEL="WARNING",
+            PYTHONUNBUFFERED="1",
+        )
+        if sandbox_url:
+            env["SANDBOX_URL"] = sandbox_url
+        return env
+
+    # long: the run in order, each step a line: own, start, set up, load, click, report
+    def run(self) -> None:
+        opts = self.options
+        tmp = Path(tempfile.mkdtemp(prefix="countersign-bench-approve-"))
+        try:
+            own_database(self.url, self.db, opts["recreate"])
+            self.migrate()
+            claim_redis(self.broker)
+            sandbox, sandbox_url = start_sandbox(ROOT, self.env(), tmp / "sandbox", tmp)
+            self.children.append(sandbox)
+            load_calls = opts["load_calls"] if opts["load"] == "dispatch" else 0
+            env = self.env(sandbox_url)
+            setup = self.inner(
+                "setup", {"clicks": opts["clicks"], "load_calls": load_calls}, self.env(), tmp
+            )
+            offset = setup["offset"]
+            self.add_orders(sandbox_url, FIRST_ORDER + offset, max(1, load_calls), 100)
+            self.add_orders(
+                sandbox_url, FIRST_CLICK_ORDER + offset, opts["clicks"], CLICK_CAPTURED_CENTS
+            )
+            stop_file, backlog_file = tmp / "stop-load", tmp / "backlog-proposed"
+            loader = None
+            if load_calls:
+                spec = {
+                    "run_ids": setup["load_runs"],
+                    "calls": load_calls,
+                    "threads": opts["load_threads"],
+                    "stop_file": str(stop_file),
+                    "offset": offset,
+                    "backlog": opts["backlog"],
+                    "backlog_file": str(backlog_file),
+                }
+                loader = self.start_inner("load", spec, env, tmp)
+                self.say(
+                    f"proposing a backlog of {opts['backlog']} bulk calls before the workers start"
+                )
+                wait_for(
+                    lambda: backlog_file.exists() or loader.poll() is not None, 900, "the backlog"
+                )
+                if loader.poll() is not None:
+                    raise CommandError(f"the load failed: {(tmp / 'load.log').read_text()[-3000:]}")
+            workers = [
+                start_worker(ROOT, env, tmp, i + 1, opts["pool"], opts["concurrency"], "config")
+                for i in range(opts["workers"])
+            ]
+            self.children.extend(workers)
+            wait_ready(workers, env)
+            if loader is not None:
+                time.sleep(opts["warmup"])
+            spec = {
+                "run_ids": setup["click_runs"],
+                "password": setup["password"],
+                "gap": opts["gap"],
+                "timeout": opts["timeout"],
+                "broker": self.broker,
+                "offset": offset,
+                "profile": opts["profile"],
+            }
+            result = self.inner("clicks", spec, env, tmp)
+            load_result = None
+            if loader is not None:
+                stop_file.touch()
+                loader.wait(timeout=120)
+                load_result = json.loads((tmp / "load.json").read_text())
+            self.report(result, load_result)
+        finally:
+            for child in reversed(self.children):
+                child.stop()
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def migrate(self) -> None:
+        done = subprocess.run(
+            [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"],
+            cwd=ROOT,
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        if done.returncode:
+            raise CommandError(f"migrating {self.db} failed:\n{done.stderr[-3000:]}")
+
+    def add_orders(self, sandbox_url: str, first: int, count: int, captured: int) -> None:
+        body = {"tenant": "acme", "first": first, "count": count, "captured_cents": captured}
+        httpx.post(f"{sandbox_url}/orders", json=body, timeout=60).raise_for_status()
+
+    def argv(self, phase: str, path: Path) -> list[str]:
+        return [
+            sys.executable,
+            "manage.py",
+            "bench_approve",
+            "--inner",
+            phase,
+            "--inner-file",
+            str(path),
+            "--database",
+            self.db,
+            "--redis-db",
+            str(self.options["redis_db"]),
+        ]
+
+    def start_inner(self, phase: str, spec: dict, env: dict[str, str], tmp: Path):
+        path = tmp / f"{phase}.json"
+        path.write_text(json.dumps(spec))
+        log = (tmp / f"{phase}.log").open("wb")
+        return subprocess.Popen(self.argv(phase, path), cwd=ROOT, env=env, stderr=log)
+
+    def inner(self, phase: str, spec: dict, env: dict[str, str], tmp: Path) -> dict[str, Any]:
+        path = tmp / f"{phase}.json"
+        path.write_text(json.dumps(spec))
+        done = subprocess.run(
+            self.argv(phase, path), cwd=ROOT, env=env, capture_output=True, text=True, timeout=900
+        )
+        if done.returncode:
+            raise CommandError(f"the {phase} phase failed:\n{done.stderr[-4000:]}")
+        return json.loads(path.read_text())
+
+    def report(self, r: dict[str, Any], load: dict[str, Any] | None) -> None:
+        opts = self.options
+        d, p = r["dispatching"], r["post"]
+        self.say("== bench_approve =========================================================")
+        self.say(
+            f"  {opts['workers']} workers x --pool {opts['pool']} --concurrency "
+            f"{opts['concurrency']}; --load {opts['load']}; {r['clicks']} clicks, "
+            f"{opts['gap']} s apart; load average {os.getloadavg()[0]:.1f}"
+        )
+        self.say(
+            f"  click -> tool_call.dispatching: p50 {d['p50']:.1f} ms, p95 {d['p95']:.1f} ms, "
+            f"p99 {d['p99']:.1f} ms, max {d['max']:.1f} ms "
+            f"({r['clicks'] - r['reached']} of {r['clicks']} "
+            f"not dispatching within --timeout {opts['timeout']:.0f} s: counted as inf)"
+        )
+        self.say(
+            f"  the approve POST itself (in-process, login session, business check at the "
+            f"sandbox): p50 {p['p50']:.1f} ms, p95 {p['p95']:.1f} ms, p99 {p['p99']:.1f} ms"
+        )
+        h = r["hop"]
+        self.say(
+            f"  tool_call.authorized (written inside the POST's transaction) -> dispatching: "
+            f"p50 {h['p50']:.1f} ms, p95 {h['p95']:.1f} ms, p99 {h['p99']:.1f} ms"
+        )
+        if load is not None:
+            self.say(
+                f"  background: {r['background_per_s']:.1f} auto-authorized calls/s reached "
+                f"dispatching during the {r['window_s']:.1f} s of clicks ({load['proposed']} "
+                f"proposed by {opts['load_threads']} threads in {load['seconds']:.1f} s, "
+                f"{load['error_count']} refused); "
+                f"bulk queue 'celery' at each click: p50 {r['backlog']['p50']}, "
+                f"max {r['backlog']['max']} messages"
+            )
+            for sample in load["errors"]:
+                self.say(f"    load error: {sample}")
+        if r["profile"]:
+            self.say(r["profile"])
