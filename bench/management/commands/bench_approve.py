@@ -32,55 +32,19 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import redis
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from bench import pgstats
 from bench.approve_drive import CLICK_CAPTURED_CENTS, FIRST_CLICK_ORDER
 from bench.driver import FIRST_ORDER
-from bench.management.commands.bench_dispatch import _check_environment, _redis_db
+from bench.ownership import Owner, redis_db
 from bench.procs import Child, start_sandbox, start_worker, wait_for, wait_ready
 
-MARK = "countersign bench_approve: may be dropped by bench_approve --recreate"
-REDIS_MARK = "countersign:bench_approve"
+OWNER = Owner("bench_approve")
+MARK, REDIS_MARK = OWNER.mark, OWNER.redis_mark
+own_database, claim_redis = OWNER.own_database, OWNER.claim_redis
 ROOT = Path(settings.BASE_DIR)
-
-
-def refuse_foreign(url: str, name: str) -> str | None:
-    """The database's comment (None: no such database); refuses one this benchmark did not
-    make."""
-    comment = pgstats.database_comment(url, name)
-    if comment is not None and comment != MARK:
-        raise CommandError(
-            f"A database {name} exists and bench_approve did not create it: it is left alone. "
-            "Name another."
-        )
-    return comment
-
-
-def own_database(url: str, name: str, recreate: bool) -> None:
-    """Create `name` with the mark; drop it first only when it carries the mark and --recreate
-    asks for it."""
-    comment = refuse_foreign(url, name)
-    if comment is None:
-        pgstats.create_marked_database(url, name, MARK)
-    elif recreate:
-        pgstats.drop_database(url, name)
-        pgstats.create_marked_database(url, name, MARK)
-
-
-def claim_redis(url: str) -> None:
-    """Empty the Redis database only when it is ours: empty, or marked by an earlier run."""
-    client = redis.Redis.from_url(url)
-    size = client.dbsize()
-    if size and not client.exists(REDIS_MARK):
-        raise CommandError(
-            f"Redis database {url} holds {size} keys and no mark of bench_approve: it is left "
-            "alone. Name an empty one with --redis-db."
-        )
-    client.flushdb()
-    client.set(REDIS_MARK, "bench_approve")
 
 
 def _terminate(signum: int, frame: Any) -> None:
@@ -119,7 +83,7 @@ class Command(BaseCommand):
             raise CommandError("--clicks must be at least 1.")
         if options["load"] == "dispatch" and options["load_calls"] < options["backlog"] + 100:
             raise CommandError("--load-calls must exceed --backlog by at least 100.")
-        database_url, broker_url = _check_environment()
+        database_url, broker_url = OWNER.check_environment()
         previous = signal.signal(signal.SIGTERM, _terminate)
         try:
             Bench(self, options, database_url, broker_url).run()
@@ -143,7 +107,7 @@ class Bench:
         self.command, self.options = command, options
         self.db = options["database"]
         self.url = pgstats.with_database(db_url, self.db)
-        self.broker = _redis_db(broker, options["redis_db"])
+        self.broker = redis_db(broker, options["redis_db"])
         self.children: list[Child] = []
 
     def say(self, text: str = "") -> None:

@@ -34,7 +34,6 @@ import time
 import uuid
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import redis
@@ -44,12 +43,18 @@ from django.core.management.base import BaseCommand, CommandError
 from bench import WORKER_STATEMENTS, pgstats
 from bench.cpu import BackendCpu
 from bench.driver import FIRST_ORDER
+from bench.ownership import Owner, redis_db
 from bench.procs import MemorySampler, cpu_snapshot, start_sandbox, start_worker, wait_ready
 
 # The comment on the databases it creates, and the key it leaves in its Redis database: proof,
 # on the next run, that they are the benchmark's to empty.
-MARK = "countersign bench_dispatch: may be dropped by bench_dispatch --recreate"
-REDIS_MARK = "countersign:bench_dispatch"
+OWNER = Owner("bench_dispatch")
+MARK, REDIS_MARK = OWNER.mark, OWNER.redis_mark
+refuse_foreign, own_database, claim_redis = (
+    OWNER.refuse_foreign,
+    OWNER.own_database,
+    OWNER.claim_redis,
+)
 ROOT = Path(settings.BASE_DIR)
 
 
@@ -99,7 +104,7 @@ class Command(BaseCommand):
             raise CommandError("name the baseline's database (--dbos-database) or --skip-baseline")
         if options["dbos_database"] == options["database"]:
             raise CommandError("--dbos-database must differ from --database.")
-        database_url, broker_url = _check_environment()
+        database_url, broker_url = OWNER.check_environment()
         previous = signal.signal(signal.SIGTERM, _terminate)
         try:
             ok = Bench(self, options, database_url, broker_url).run()
@@ -133,58 +138,6 @@ def _terminate(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def _check_environment() -> tuple[str, str]:
-    database_url = os.environ.get("DATABASE_URL", "")
-    broker_url = os.environ.get("CELERY_BROKER_URL", "")
-    if urlsplit(database_url).scheme not in ("postgres", "postgresql", "pgsql"):
-        raise CommandError(
-            "bench_dispatch runs on PostgreSQL: set DATABASE_URL=postgres://user@host:5432/db "
-            f"(now {database_url or 'unset'}). It uses the database --database names there."
-        )
-    if urlsplit(broker_url).scheme != "redis":
-        raise CommandError(
-            "bench_dispatch runs on Redis: set CELERY_BROKER_URL=redis://host:6379/0 "
-            f"(now {broker_url or 'unset'}). It uses the database --redis-db names there."
-        )
-    return database_url, broker_url
-
-
-def refuse_foreign(url: str, name: str) -> str | None:
-    """The database's comment (None: no such database); refuses one the benchmark did not make."""
-    comment = pgstats.database_comment(url, name)
-    if comment is not None and comment != MARK:
-        raise CommandError(
-            f"A database {name} exists and bench_dispatch did not create it: it is left alone. "
-            "Name another."
-        )
-    return comment
-
-
-def own_database(url: str, name: str, recreate: bool) -> None:
-    """Create `name` with the benchmark's mark; drop it first only if it carries that mark and
-    --recreate asks for it. A database without the mark is never touched."""
-    comment = refuse_foreign(url, name)
-    if comment is None:
-        pgstats.create_marked_database(url, name, MARK)
-    elif recreate:
-        pgstats.drop_database(url, name)
-        pgstats.create_marked_database(url, name, MARK)
-
-
-def claim_redis(url: str) -> None:
-    """Empty the Redis database we were given, but only when it is ours: empty, or marked by
-    an earlier run. Anything else there belongs to someone else."""
-    client = redis.Redis.from_url(url)
-    size = client.dbsize()
-    if size and not client.exists(REDIS_MARK):
-        raise CommandError(
-            f"Redis database {url} holds {size} keys and no mark of bench_dispatch: it is left "
-            "alone. Name an empty one with --redis-db."
-        )
-    client.flushdb()
-    client.set(REDIS_MARK, "bench_dispatch")
-
-
 def add_orders(sandbox_url: str, calls: int) -> None:
     """One fresh order per call, so no answer of the sandbox grows as the run goes on."""
     body = {"tenant": "acme", "first": FIRST_ORDER, "count": calls, "captured_cents": 100}
@@ -196,18 +149,13 @@ def ledger(sandbox_url: str) -> list[dict[str, Any]]:
     return response.json()["effects"]
 
 
-def _redis_db(url: str, db: int) -> str:
-    parts = urlsplit(url)
-    return urlunsplit((parts.scheme, parts.netloc, f"/{db}", "", ""))
-
-
 class Bench:
     def __init__(self, command: Command, options: dict[str, Any], db_url: str, broker: str):
         self.command, self.options = command, options
         self.bench_db, self.dbos_db = options["database"], options["dbos_database"]
         self.bench_url = pgstats.with_database(db_url, self.bench_db)
         self.dbos_url = pgstats.with_database(db_url, self.dbos_db or self.bench_db)
-        self.broker = _redis_db(broker, options["redis_db"])
+        self.broker = redis_db(broker, options["redis_db"])
         self.deadline = time.monotonic() + options["timeout"]
         self.load = os.getloadavg()  # other work on this machine skews the figures
         self.sandbox = None
