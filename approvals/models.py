@@ -13,6 +13,7 @@ from functools import partial
 from django.db import models
 from django_fsm import FSMField, FSMModelMixin, transition
 
+from runs.changes import SavesChangedFields
 from runs.ids import new_id
 from runs.models import Run, Tenant, User
 
@@ -57,7 +58,7 @@ class Policy(models.Model):
         return f"{self.capability_id} v{self.version} ({self.tenant.slug})"
 
 
-class Approval(FSMModelMixin, models.Model):
+class Approval(FSMModelMixin, SavesChangedFields, models.Model):
     class State(models.TextChoices):
         PENDING = "pending"
         APPROVED = "approved"

@@ -205,8 +205,13 @@ def approval_check_decision(
 def approval_record_decision(
     *, approval: Approval, user: User, kind: str, reason: str = "", diff: dict | None = None
 ) -> None:
-    """Store one person's decision with what they were shown, and its event."""
-    if approval.decisions.filter(user=user).exists():
+    """Store one person's decision with what they were shown, and its event. The approval's
+    version is bumped in memory only: the caller's next write of it (a transition, or
+    `approval_approve_if_quorum`'s save) stores it, in one UPDATE instead of two."""
+    # One read of the decisions so far answers both "did you decide already?" and the count
+    # of approvers, instead of a query for each (the approve POST is on the approver's clock).
+    earlier = list(approval.decisions.values_list("user_id", "decision"))
+    if any(user_id == user.pk for user_id, _ in earlier):
         raise DomainError(
             ALREADY_APPROVED_BY_YOU,
             f"You approved already; it needs {approval.required_approvers} different people.",
@@ -218,6 +223,11 @@ def approval_record_decision(
         reason=reason,
         summary_hash=approval.summary_hash,
         edit_diff=diff,
+    )
+    # One decision per person (refused above), so counting decisions counts distinct people;
+    # kept where `approvals_so_far` reads it, as the inbox's annotation is.
+    approval.approved_count = sum(
+        1 for _, decided in [*earlier, (user.pk, kind)] if decided != ApprovalDecision.Kind.REJECT
     )
     events.append(
         run=approval.run,
@@ -236,7 +246,6 @@ def approval_record_decision(
         ids=approval_ids(approval),
     )
     approval.version += 1
-    approval.save(update_fields=["version", "updated_at"])
 
 
 def approval_approve(*, approval: Approval, user: User, reason: str = "") -> bool:
@@ -249,8 +258,10 @@ def approval_approve(*, approval: Approval, user: User, reason: str = "") -> boo
 
 
 def approval_approve_if_quorum(*, approval: Approval, actor: str) -> bool:
-    approvers = approval.decisions.exclude(decision=ApprovalDecision.Kind.REJECT)
-    if approvers.values("user").distinct().count() < approval.required_approvers:
+    """After `approval_record_decision`: approved once enough people approved; otherwise the
+    decision's version is saved and it waits for more."""
+    if approval.approvals_so_far < approval.required_approvers:
+        approval.save(update_fields=["version", "updated_at"])
         return False
     approval_transition(
         approval, "approve", actor=actor, producer="console", reason="quorum reached"

@@ -21,7 +21,7 @@ from approvals import errors as approval_errors
 from approvals import services as approvals
 from approvals.models import Approval, ApprovalDecision, Policy
 from approvals.policies import Requirement, current_policy, requirement
-from runs import logcontext, outbox
+from runs import events, logcontext, outbox
 from runs.canonical import digest
 from runs.errors import DomainError, not_found
 from runs.models import Tenant, User
@@ -300,10 +300,13 @@ def _approve(
     approvals.approval_check_decision(
         approval=approval, user=user, seen_version=seen_version, seen_summary_hash=seen_summary_hash
     )
-    approvals.approval_approve(approval=approval, user=user, reason=reason)
-    tool_call_follow_approval(
-        approval=approval, call=call, actor=actor_for_user(user), producer="console"
-    )
+    # The decision's four events (decision, approved, authorized, run resumed) share one read
+    # of the run's chain head and one INSERT: the approver waits for this transaction.
+    with events.batch():
+        approvals.approval_approve(approval=approval, user=user, reason=reason)
+        tool_call_follow_approval(
+            approval=approval, call=call, actor=actor_for_user(user), producer="console"
+        )
     return approval
 
 
@@ -321,10 +324,15 @@ def tool_call_reject(
     approvals.approval_check_decision(
         approval=approval, user=user, seen_version=seen_version, seen_summary_hash=seen_summary_hash
     )
-    approvals.approval_reject(approval=approval, user=user, reason=reason)
-    tool_call_follow_approval(
-        approval=approval, call=call, actor=actor_for_user(user), producer="console", reason=reason
-    )
+    with events.batch():
+        approvals.approval_reject(approval=approval, user=user, reason=reason)
+        tool_call_follow_approval(
+            approval=approval,
+            call=call,
+            actor=actor_for_user(user),
+            producer="console",
+            reason=reason,
+        )
     return approval
 
 

@@ -137,11 +137,11 @@ def _decide(
     request: HttpRequest, approval_id: str, decision: Callable[..., Approval], done: str
 ) -> HttpResponse:
     """Run one decision with what the page showed; a refusal is shown on the page as it is
-    now, not as the stale form showed it."""
-    approval = _get(request, approval_id)
+    now, not as the stale form showed it. The decision reads the approval itself: an unknown
+    id is refused there (and is a 404 below)."""
     command = {
         "tenant": request.user.tenant,
-        "approval_id": approval.pk,
+        "approval_id": approval_id,
         "user": request.user,
         "seen_version": int(request.POST.get("version") or 0),
         "seen_summary_hash": request.POST.get("summary_hash", ""),
@@ -157,8 +157,8 @@ def _decide(
 
 
 def what_happens_now(approval: Approval) -> str:
-    """The flash after a decision says what it led to, not only what was clicked."""
-    approval.refresh_from_db()
+    """The flash after a decision says what it led to, not only what was clicked (`approval`
+    is the row the decision wrote, as it committed it: no need to read it again)."""
     if approval.state == Approval.State.PENDING:
         missing = approval.required_approvers - approval.approvals_so_far
         return (

@@ -1,0 +1,83 @@
+"""What an approver's click costs the database: the approve and reject POSTs, counted query by
+query, so that a change which adds one to the approver's wait fails here (issue 12; the time
+is `bench_approve`'s). Before the decision was slimmed, one approve POST took 40 queries."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+
+from approvals.models import Approval
+from runs.models import Event, OutboxMessage, Run, Tenant, User
+from tests.helpers import BIG_REFUND, decide, logged_in, propose_in
+from tests.sandbox_process import Sandbox
+from toolcalls.models import Webhook
+
+# The session, its user and tenant (3); the approval and the business check's read of the
+# object's other calls, before any lock (2); SAVEPOINT, the approval and the call locked (3);
+# the decisions so far and the new one (2); the run locked and its chain head (2); the
+# approval's and the call's UPDATE, the dispatch's outbox message (3); whether a webhook wants
+# the decision (1); the run locked, any approval still pending, the run's UPDATE (3); the
+# four events in one INSERT (1); RELEASE SAVEPOINT (1).
+APPROVE_QUERIES = 21
+
+
+def click(client: Client, approval: Approval, action: str, **fields: Any) -> int:
+    with CaptureQueriesContext(connection) as captured:
+        response = decide(client, approval, action, **fields)
+    assert response.status_code == 302, response.content[-2000:]
+    return len(captured.captured_queries)
+
+
+@pytest.fixture
+def waiting(run: Run, sandbox: Sandbox) -> Approval:
+    """A refund over $200 in a run waiting for its one approver."""
+    return Approval.objects.get(tool_call=propose_in(run, BIG_REFUND))
+
+
+def test_an_approve_that_reaches_quorum_costs_its_fixed_queries(
+    waiting: Approval, approver: User
+) -> None:
+    assert click(logged_in(approver), waiting, "approve") == APPROVE_QUERIES
+    waiting.refresh_from_db()
+    assert waiting.state == "approved"
+    kinds = list(
+        Event.objects.filter(run=waiting.run).order_by("-seq").values_list("event_type", flat=True)
+    )[:4]
+    assert kinds == [
+        "run.resumed",
+        "tool_call.authorized",
+        "approval.approved",
+        "approval.decision_recorded",
+    ]
+
+
+def test_a_receiver_of_decisions_adds_one_outbox_message_not_the_deliveries(
+    waiting: Approval, approver: User, tenant: Tenant
+) -> None:
+    Webhook.objects.create(
+        tenant=tenant, url="https://hooks.example", event_types=["approval.decided"]
+    )
+    assert click(logged_in(approver), waiting, "approve") == APPROVE_QUERIES + 1
+    assert OutboxMessage.objects.filter(
+        task="toolcalls.approval_decided_webhooks", args=[waiting.pk]
+    ).exists()
+
+
+def test_the_first_of_two_approvers_costs_fewer(run: Run, sandbox: Sandbox, approver: User) -> None:
+    call = propose_in(run, {**BIG_REFUND, "amount_cents": 120_000})
+    approval = Approval.objects.get(tool_call=call)
+    # No approval, authorization nor resume: the decision, its event and the version saved.
+    assert click(logged_in(approver), approval, "approve") == 15
+    approval.refresh_from_db()
+    assert (approval.state, approval.version, approval.approvals_so_far) == ("pending", 2, 1)
+
+
+def test_a_reject_costs_its_fixed_queries(waiting: Approval, approver: User) -> None:
+    assert click(logged_in(approver), waiting, "reject", reason="not eligible") == 22
+    waiting.refresh_from_db()
+    assert waiting.state == "rejected"
