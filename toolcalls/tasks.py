@@ -37,6 +37,11 @@ def deliver_webhook(delivery_id: str, outbox_id: str | None = None) -> None:
     webhooks.webhook_deliver(delivery_id=delivery_id, outbox_id=outbox_id)
 
 
+@shared_task(name="toolcalls.approval_decided_webhooks")
+def approval_decided_webhooks(approval_id: str, outbox_id: str | None = None) -> None:
+    webhooks.approval_decided_fan_out(approval_id=approval_id, outbox_id=outbox_id)
+
+
 @shared_task(name="toolcalls.sweep_leases")
 def sweep_leases() -> int:
     return sweeps.leases_sweep_expired() + sweeps.dependents_sweep_waiting()

@@ -25,6 +25,7 @@ from tests.helpers import (
 )
 from tests.sandbox_process import Sandbox
 from tests.toolcalls.inline_worker import run_due, run_until
+from toolcalls import webhooks
 from toolcalls.models import Webhook, WebhookAttempt, WebhookDelivery
 
 BOTH = ["approval.decided", "tool_call.terminal"]
@@ -65,25 +66,32 @@ def test_a_decided_approval_and_a_terminal_call_each_deliver_one_signed_post(
 ) -> None:
     call = propose(agent, BIG_REFUND)
     decide(logged_in(approver), approval_of(call), "approve", reason="duplicate charge, ok")
-    # Written with the decision, in its transaction: nothing is sent before it commits.
-    decided = WebhookDelivery.objects.get(event_type="approval.decided")
+    # Written with the decision, in its transaction: the fan-out's outbox message, whose task
+    # writes the deliveries off the approver's request; nothing is sent before it commits.
+    approval = approval_of(call)
     assert OutboxMessage.objects.filter(
-        task="toolcalls.deliver_webhook", args=[decided.pk]
+        task="toolcalls.approval_decided_webhooks", args=[approval.pk]
     ).exists()
+    assert not WebhookDelivery.objects.exists()
     assert webhook_receiver.received == []
-    run_due()  # the dispatch, the verification and the deliveries
-    assert [e["type"] for e in webhook_receiver.events()] == BOTH
+    run_due()  # the dispatch, the verification, the fan-out and the deliveries
+    # Sent by different tasks (workers), so in no promised order.
+    assert sorted(e["type"] for e in webhook_receiver.events()) == BOTH
     for received in webhook_receiver.received:
         assert signature_is_valid(received, webhook.secret)
         assert received.headers["Content-Type"] == "application/json"
-    approval_event, terminal_event = webhook_receiver.events()
+    by_type = {e["type"]: e for e in webhook_receiver.events()}
+    approval_event, terminal_event = by_type["approval.decided"], by_type["tool_call.terminal"]
     assert approval_event["data"]["outcome"] == "approved"
     assert approval_event["data"]["tool_call"]["decision"]["by"] == ["alice"]
     assert approval_event["data"]["tool_call"]["tool_call_id"] == call["tool_call_id"]
     assert terminal_event["data"]["tool_call"]["status"] == "succeeded"
     assert terminal_event["data"]["tool_call"]["result"]["amount_cents"] == 25000
-    headers = webhook_receiver.received[1].headers
-    assert headers["Countersign-Event"] == "tool_call.terminal"
+    [headers] = [
+        r.headers
+        for r in webhook_receiver.received
+        if r.headers["Countersign-Event"] == "tool_call.terminal"
+    ]
     delivery = WebhookDelivery.objects.get(pk=headers["Countersign-Delivery"])
     assert (delivery.state, delivery.attempts) == ("delivered", 1)
     assert list(WebhookAttempt.objects.values_list("status_code", flat=True)) == [200, 200]
@@ -205,3 +213,30 @@ def test_create_webhook_prints_the_secret(tenant: Tenant) -> None:
     assert out.getvalue().strip() == webhook.secret
     assert webhook.secret.startswith("whsec_")
     assert webhook.event_types == BOTH
+
+
+def test_the_decided_fan_out_writes_its_deliveries_once_when_its_message_comes_twice(
+    agent: ApiClient, approver: User, webhook: Webhook, sandbox: Sandbox
+) -> None:
+    call = propose(agent, BIG_REFUND)
+    approval = approval_of(call)
+    decide(logged_in(approver), approval, "approve")
+    # A republished message: the same task twice (the first one's outbox row marked done).
+    webhooks.approval_decided_fan_out(approval_id=approval.pk)
+    webhooks.approval_decided_fan_out(approval_id=approval.pk)
+    delivery = WebhookDelivery.objects.get(event_type="approval.decided")
+    assert delivery.event_id == f"{approval.pk}.decided"
+    assert '"outcome":"approved"' in delivery.body
+
+
+def test_no_fan_out_is_enqueued_when_no_receiver_wants_decisions(
+    agent: ApiClient, approver: User, tenant: Tenant, sandbox: Sandbox
+) -> None:
+    Webhook.objects.create(
+        tenant=tenant, url="https://x.example", event_types=["tool_call.terminal"]
+    )
+    Webhook.objects.create(
+        tenant=tenant, url="https://y.example", event_types=BOTH, kind=Webhook.Kind.SLACK
+    )
+    decide(logged_in(approver), approval_of(propose(agent, BIG_REFUND)), "approve")
+    assert not OutboxMessage.objects.filter(task="toolcalls.approval_decided_webhooks").exists()
