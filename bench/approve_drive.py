@@ -23,6 +23,7 @@ import redis
 from django.conf import settings
 from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 
 from bench.driver import ACTOR, CAPABILITY, FIRST_ORDER, TENANT, Monitor, percentile
 
@@ -185,13 +186,14 @@ def clicks(
             )
             approval = Approval.objects.get(tool_call_id=call.pk)
             backlog = {q: queue.llen(q) for q in ("celery", "interactive")}
-            started = time.time()
-            response = profiler.runcall(
-                client.post,
-                f"/approvals/{approval.pk}/approve/",
-                {"version": approval.version, "summary_hash": approval.summary_hash},
-            )
-            posted = time.time()
+            started, cpu_started = time.time(), time.thread_time()
+            with CaptureQueriesContext(connection) as queries:
+                response = profiler.runcall(
+                    client.post,
+                    f"/approvals/{approval.pk}/approve/",
+                    {"version": approval.version, "summary_hash": approval.summary_hash},
+                )
+            posted, post_cpu = time.time(), time.thread_time() - cpu_started
             if response.status_code != 302:
                 raise RuntimeError(
                     f"approve {approval.pk}: {response.status_code} {response.content[-2000:]}"
@@ -208,6 +210,8 @@ def clicks(
                     "call": call.pk,
                     "started": started,
                     "post_ms": (posted - started) * 1000,
+                    "post_cpu_ms": post_cpu * 1000,
+                    "post_queries": len(queries),
                     "dispatching_ms": (dispatching - started) * 1000 if dispatching else None,
                     "hop_ms": (dispatching - float(authorized)) * 1000 if dispatching else None,
                     "backlog": backlog,
@@ -235,6 +239,8 @@ def clicks(
         "reached": len(reached),
         "dispatching": {f"p{q}": percentile(waits, q) for q in (50, 95, 99)} | {"max": max(waits)},
         "post": {f"p{q}": percentile(posts, q) for q in (50, 95, 99)},
+        "post_cpu": {f"p{q}": percentile([s["post_cpu_ms"] for s in samples], q) for q in (50, 99)},
+        "post_queries": samples[-1]["post_queries"],
         "hop": {f"p{q}": percentile(hops, q) for q in (50, 95, 99)},
         "backlog": {"p50": percentile(backlogs, 50), "max": max(backlogs)},
         "background_per_s": background / (last - first),

@@ -112,10 +112,13 @@ def start_worker(
     concurrency: int,
     app: str = "config",
     prefix: str = "bench",
+    queues: str = "",
 ) -> Child:
+    """`queues`: `-Q` for a worker that takes only some queues (every queue when empty)."""
     name = f"{prefix}{index}"
     argv = [sys.executable, "-m", "celery", "-A", app, "worker"]
     argv += ["--pool", pool, "--concurrency", str(concurrency), "-n", f"{name}@%h"]
+    argv += ["-Q", queues] if queues else []
     argv += ["--without-gossip", "--without-mingle", "--without-heartbeat", "--loglevel", "INFO"]
     return Child(name, argv, env, root, log_dir / f"{name}.log").start()
 

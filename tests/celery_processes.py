@@ -41,8 +41,10 @@ def process_env(sandbox_url: str, **extra: str) -> dict[str, str]:
 
 
 class CeleryProcess:
-    def __init__(self, kind: str, name: str, env: dict[str, str], log_dir: Path) -> None:
-        self.kind, self.name, self.env = kind, name, env
+    def __init__(
+        self, kind: str, name: str, env: dict[str, str], log_dir: Path, queues: str = ""
+    ) -> None:
+        self.kind, self.name, self.env, self.queues = kind, name, env, queues
         self.log = log_dir / f"{name}.log"
         self.process: subprocess.Popen | None = None
 
@@ -59,6 +61,7 @@ class CeleryProcess:
                 "--without-gossip",
                 "--without-mingle",
                 "--without-heartbeat",
+                *(["-Q", self.queues] if self.queues else []),
             ]
             ready = "ready."
         else:

@@ -117,14 +117,15 @@ def sandbox(sandbox_process: Sandbox, settings: Any) -> Sandbox:
 @pytest.fixture
 def start_celery(sandbox: Sandbox, tmp_path: Path) -> Iterator[Callable[..., CeleryProcess]]:
     """Start real Celery processes on the test database, Redis and the sandbox:
-    `start_celery("worker", **environment)` or `start_celery("beat")`. They stop after the
+    `start_celery("worker", **environment)` (`queues="interactive"`: its -Q) or
+    `start_celery("beat")`. They stop after the
     test; the broker is emptied before it."""
     flush_broker()
     started: list[CeleryProcess] = []
 
-    def start(kind: str = "worker", **env: str) -> CeleryProcess:
+    def start(kind: str = "worker", queues: str = "", **env: str) -> CeleryProcess:
         name = f"{kind}{len(started)}"
-        process = CeleryProcess(kind, name, process_env(sandbox.url, **env), tmp_path)
+        process = CeleryProcess(kind, name, process_env(sandbox.url, **env), tmp_path, queues)
         started.append(process.start())
         return process
 

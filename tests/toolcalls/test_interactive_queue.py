@@ -69,3 +69,30 @@ def test_a_worker_takes_the_approved_call_before_the_bulk_backlog(
         .first()
     )
     assert first.tool_call_id == big["tool_call_id"]
+
+
+@pytest.mark.slow
+def test_a_worker_of_the_interactive_queue_alone_takes_the_approved_call_and_no_bulk_work(
+    agent, approver, sandbox, start_celery
+):
+    """The Procfile's `interactive` worker (-Q interactive): free for clicks however busy the
+    bulk workers are, because it never takes their work."""
+    flush_broker()
+    broker = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    big = propose(agent, BIG_REFUND, intent="clicked")
+    bulk = [
+        propose(agent, {"order_id": "order-002"}, capability="get-order-v1", intent=f"bulk-{n}")
+        for n in range(5)
+    ]
+    assert decide(logged_in(approver), approval_of(big), "approve").status_code == 302
+
+    start_celery("worker", queues="interactive")
+    wait_for(
+        lambda: ToolCall.objects.get(pk=big["tool_call_id"]).execution_status == "completed",
+        60,
+        "the interactive worker to dispatch the approved call",
+    )
+    assert broker.llen("celery") >= 5
+    assert not Event.objects.filter(
+        event_type="tool_call.dispatching", tool_call_id__in=[c["tool_call_id"] for c in bulk]
+    ).exists()

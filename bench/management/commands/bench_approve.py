@@ -70,6 +70,13 @@ class Command(BaseCommand):
         parser.add_argument("--workers", type=int, default=2)
         parser.add_argument("--pool", default="threads", choices=["threads", "prefork", "solo"])
         parser.add_argument("--concurrency", type=int, default=8)
+        parser.add_argument(
+            "--interactive-workers",
+            type=int,
+            default=1,
+            help="more workers that take only the `interactive` queue (-Q interactive)",
+        )
+        parser.add_argument("--interactive-concurrency", type=int, default=2)
         parser.add_argument("--timeout", type=float, default=10, help="seconds per click")
         parser.add_argument("--profile", action="store_true", help="print the POST's profile")
         parser.add_argument("--inner", choices=["setup", "load", "clicks"], help="(internal)")
@@ -109,6 +116,7 @@ class Bench:
         self.url = pgstats.with_database(db_url, self.db)
         self.broker = redis_db(broker, options["redis_db"])
         self.children: list[Child] = []
+        self.loader: subprocess.Popen | None = None
 
     def say(self, text: str = "") -> None:
         self.command.stdout.write(text)
@@ -162,6 +170,7 @@ class Bench:
                     "backlog_file": str(backlog_file),
                 }
                 loader = self.start_inner("load", spec, env, tmp)
+                self.loader = loader
                 self.say(
                     f"proposing a backlog of {opts['backlog']} bulk calls before the workers start"
                 )
@@ -173,6 +182,19 @@ class Bench:
             workers = [
                 start_worker(ROOT, env, tmp, i + 1, opts["pool"], opts["concurrency"], "config")
                 for i in range(opts["workers"])
+            ] + [
+                start_worker(
+                    ROOT,
+                    env,
+                    tmp,
+                    i + 1,
+                    opts["pool"],
+                    opts["interactive_concurrency"],
+                    "config",
+                    prefix="interactive",
+                    queues="interactive",
+                )
+                for i in range(opts["interactive_workers"])
             ]
             self.children.extend(workers)
             wait_ready(workers, env)
@@ -195,6 +217,9 @@ class Bench:
                 load_result = json.loads((tmp / "load.json").read_text())
             self.report(result, load_result)
         finally:
+            if self.loader is not None and self.loader.poll() is None:
+                self.loader.terminate()  # interrupted: it would go on proposing, orphaned
+                self.loader.wait(timeout=30)
             for child in reversed(self.children):
                 child.stop()
             shutil.rmtree(tmp, ignore_errors=True)
@@ -252,7 +277,9 @@ class Bench:
         self.say("== bench_approve =========================================================")
         self.say(
             f"  {opts['workers']} workers x --pool {opts['pool']} --concurrency "
-            f"{opts['concurrency']}; --load {opts['load']}; {r['clicks']} clicks, "
+            f"{opts['concurrency']}, {opts['interactive_workers']} more x -Q interactive "
+            f"--concurrency {opts['interactive_concurrency']}; --load {opts['load']}; "
+            f"{r['clicks']} clicks, "
             f"{opts['gap']} s apart; load average {os.getloadavg()[0]:.1f}"
         )
         self.say(
@@ -264,6 +291,12 @@ class Bench:
         self.say(
             f"  the approve POST itself (in-process, login session, business check at the "
             f"sandbox): p50 {p['p50']:.1f} ms, p95 {p['p95']:.1f} ms, p99 {p['p99']:.1f} ms"
+        )
+        c = r["post_cpu"]
+        self.say(
+            f"  the approve POST's CPU in the clicking process (thread time, with the profiler's "
+            f"own when --profile): p50 {c['p50']:.1f} ms, p99 {c['p99']:.1f} ms; "
+            f"{r['post_queries']} queries per POST (the last click)"
         )
         h = r["hop"]
         self.say(
