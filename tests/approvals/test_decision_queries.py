@@ -78,6 +78,6 @@ def test_the_first_of_two_approvers_costs_fewer(run: Run, sandbox: Sandbox, appr
 
 
 def test_a_reject_costs_its_fixed_queries(waiting: Approval, approver: User) -> None:
-    assert click(logged_in(approver), waiting, "reject", reason="not eligible") == 22
+    assert click(logged_in(approver), waiting, "reject", reason="not eligible") == 19
     waiting.refresh_from_db()
     assert waiting.state == "rejected"
