@@ -69,12 +69,12 @@ def tool_calls_dispatch_batch(items: list[tuple[str, str | None]], *, worker: st
 def claim_batch(items: list[tuple[str, str | None]], *, worker: str = "") -> list[Claim]:
     """Take every call of `items` that is ready, in one transaction; nothing is sent here."""
     ids = list(dict.fromkeys(call_id for call_id, _ in items))
-    with events.batch():
-        calls = sql.lock_calls(ids, skip_locked=True)
-        handled = {call.pk for call in calls} | _gone(ids, calls)
-        _mark_done([outbox_id for call_id, outbox_id in items if outbox_id and call_id in handled])
-        now = timezone.now()
-        readiness = sql.readiness_of(calls)
+    calls = sql.lock_calls(ids, skip_locked=True)
+    handled = {call.pk for call in calls} | _gone(ids, calls)
+    _mark_done([outbox_id for call_id, outbox_id in items if outbox_id and call_id in handled])
+    now = timezone.now()
+    readiness = sql.readiness_of(calls)
+    with events.batch(_runs_of(calls)):
         # The attempts are inserted after the loop: count those this batch takes in a run, as
         # the single path's next claim would count them in the database.
         taken: Counter[str] = Counter()
@@ -92,6 +92,10 @@ def claim_batch(items: list[tuple[str, str | None]], *, worker: str = "") -> lis
         if claims:
             crashpoint("inside_claim")  # uncommitted, holding the calls' row locks and runs'
     return claims
+
+
+def _runs_of(calls: list[ToolCall]) -> dict[str, str]:
+    return {call.pk: call.run_id for call in calls}
 
 
 def _gone(ids: list[str], locked: list[ToolCall]) -> set[str]:
@@ -166,9 +170,9 @@ def record_batch(sent: list[tuple[Claim, Outcome]]) -> list[tuple[ToolCall, str]
         return []
     by_id = {claim.tool_call_id: (claim, outcome) for claim, outcome in sent}
     accepted = []
-    with events.batch():
-        calls = sql.lock_calls(list(by_id))
-        now = timezone.now()
+    calls = sql.lock_calls(list(by_id))
+    now = timezone.now()
+    with events.batch(_runs_of(calls)):
         for call in calls:
             bind_log_ids(call)
             claim, outcome = by_id[call.pk]
@@ -182,11 +186,21 @@ def verify_batch(accepted: list[tuple[ToolCall, str]]) -> None:
     """Observe every accepted call concurrently, then write the judgments in one transaction.
     Each verification's outbox message is the safety net: if this fails, it runs later."""
     judgments = concurrently(_observe_one, [call for call, _ in accepted])
+    observed = {
+        call.pk: (outbox_id, judgment)
+        for (call, outbox_id), judgment in zip(accepted, judgments, strict=True)
+        if judgment is not None
+    }
+    if not observed:
+        return
     try:
-        with transaction.atomic(), events.batch():
-            for (call, outbox_id), judgment in zip(accepted, judgments, strict=True):
-                if judgment is not None:
-                    judge(call.pk, outbox_id, judgment)
+        with transaction.atomic():
+            calls = sql.lock_calls(list(observed))
+            with events.batch(_runs_of(calls)):
+                for call in calls:
+                    bind_log_ids(call)
+                    outbox_id, judgment = observed[call.pk]
+                    judge(call.pk, outbox_id, judgment, locked=call)
     except Exception:
         log.exception("verifying a batch failed; its verification messages will run")
 

@@ -51,11 +51,13 @@ def observe(call: ToolCall) -> str:
         return "unavailable"
 
 
-def judge(tool_call_id: str, outbox_id: str | None, judgment: str) -> None:
+def judge(
+    tool_call_id: str, outbox_id: str | None, judgment: str, locked: ToolCall | None = None
+) -> None:
     """Write what the observation proves, in the caller's transaction (a batch of
-    dispatches writes all its verifications in one)."""
+    dispatches writes all its verifications in one, its calls `locked` already)."""
     outbox.mark_done(outbox_id)
-    call = tool_call_lock(tool_call_id)
+    call = locked or tool_call_lock(tool_call_id)
     if call.verification_status != V.PENDING:
         return
     call.verifications += 1

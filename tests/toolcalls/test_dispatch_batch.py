@@ -43,10 +43,15 @@ def items_of(calls: list[ToolCall]) -> list[tuple[str, str | None]]:
     return [(call.pk, message_of(call).pk) for call in calls]
 
 
-def story(call: ToolCall) -> list[tuple[str, str, str, list[str]]]:
-    """What the call's events say, without ids and times: type, producer, actor, fields."""
-    events = Event.objects.filter(tool_call_id=call.pk).order_by("seq")
-    return [(e.event_type, e.producer, e.actor, sorted(e.payload)) for e in events]
+def story(call: ToolCall) -> list[tuple[str, str, str, list[str], int | None]]:
+    """What the call's events say, without ids and times: type, producer, actor, fields, and
+    which of the call's events caused each (its place in the list)."""
+    events = list(Event.objects.filter(tool_call_id=call.pk).order_by("seq"))
+    place = {e.id: index for index, e in enumerate(events)}
+    return [
+        (e.event_type, e.producer, e.actor, sorted(e.payload), place.get(e.causation_id))
+        for e in events
+    ]
 
 
 def rows(call: ToolCall) -> dict[str, Any]:
