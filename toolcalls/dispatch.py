@@ -58,6 +58,7 @@ class Claim:
     idempotency_key: str
     # A success closes a half-open breaker; with a closed one there is nothing to write.
     breaker_closed: bool = True
+    run_id: str = ""  # for log lines
 
 
 def tool_call_dispatch(
@@ -236,6 +237,7 @@ def _take(
         external_request_id=call.external_request_id,
         idempotency_key=call.idempotency_key,
         breaker_closed=breaker_closed,
+        run_id=call.run_id,
     )
 
 

@@ -28,11 +28,17 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from runs import events
+from runs import events, logcontext
 from runs.faults import crashpoint
 from runs.models import OutboxMessage
 from toolcalls import sql
-from toolcalls.dispatch import Claim, claim_locked, record_locked
+from toolcalls.dispatch import (
+    Claim,
+    claim_locked,
+    record_locked,
+    record_outcome,
+    tool_call_dispatch,
+)
 from toolcalls.models import Attempt, ToolCall
 from toolcalls.send import Outcome, send
 from toolcalls.verify import judge, observe
@@ -47,7 +53,16 @@ def tool_calls_dispatch_batch(items: list[tuple[str, str | None]], *, worker: st
     """Dispatch the calls named by (tool call id, id of the outbox message that asked, or
     None). A call that another transaction holds is skipped and its message left undone, so it
     comes again. Safe to run twice or concurrently for the same calls."""
-    claims = claim_batch(items, worker=worker)
+    try:
+        claims = claim_batch(items, worker=worker)
+    except Exception:
+        if len(items) == 1:
+            raise
+        # One call's claim raised and rolled the batch back (a bug, or a deadlock): one by
+        # one, that call fails alone and the others go, instead of the batch failing forever.
+        log.exception("claiming a batch of %d failed; dispatching its calls one by one", len(items))
+        _dispatch_one_by_one(items, worker)
+        return
     if not claims:
         return
     crashpoint("before_send")
@@ -57,9 +72,37 @@ def tool_calls_dispatch_batch(items: list[tuple[str, str | None]], *, worker: st
     # sweeper hands the call to reconciliation, as when a single-call worker dies there.
     pairs = zip(claims, outcomes, strict=True)
     sent = [(claim, outcome) for claim, outcome in pairs if outcome is not None]
-    accepted = record_batch(sent)
+    try:
+        accepted = record_batch(sent)
+    except Exception:
+        if len(sent) == 1:
+            raise
+        # The answers are not lost with the batch's transaction: each is recorded alone.
+        log.exception("recording a batch of %d failed; recording one by one", len(sent))
+        accepted = _record_one_by_one(sent)
     if accepted:
         verify_batch(accepted)
+
+
+def _dispatch_one_by_one(items: list[tuple[str, str | None]], worker: str) -> None:
+    for tool_call_id, outbox_id in items:
+        try:
+            tool_call_dispatch(tool_call_id=tool_call_id, outbox_id=outbox_id, worker=worker)
+        except Exception:
+            log.exception("dispatching %s failed; its message stays undone", tool_call_id)
+
+
+def _record_one_by_one(sent: list[tuple[Claim, Outcome]]) -> list[tuple[ToolCall, str]]:
+    accepted = []
+    for claim, outcome in sent:
+        try:
+            verify_now = record_outcome(claim, outcome)
+        except Exception:
+            log.exception("recording %s failed; its lease will expire", claim.tool_call_id)
+            continue
+        if verify_now:
+            accepted.append(verify_now)
+    return accepted
 
 
 # --- claim ----------------------------------------------------------------------------------
@@ -122,6 +165,8 @@ def send_batch(claims: list[Claim]) -> list[Outcome | None]:
 
 
 def _send_one(claim: Claim) -> Outcome | None:
+    # In this thread's copy of the task's context: its log lines name this call.
+    logcontext.bind(tenant=claim.tenant_slug, run_id=claim.run_id, tool_call_id=claim.tool_call_id)
     try:
         return send(claim)
     except Exception:
@@ -206,6 +251,7 @@ def verify_batch(accepted: list[tuple[ToolCall, str]]) -> None:
 
 
 def _observe_one(call: ToolCall) -> str | None:
+    bind_log_ids(call)
     try:
         return observe(call)
     except Exception:

@@ -231,3 +231,47 @@ def test_a_call_locked_by_another_transaction_is_skipped_and_comes_again(
     assert fresh(held).verification_status == "confirmed_success"
     assert message_of(held).done_at is not None
     assert len(sandbox.effects_for(fresh(held).external_request_id)) == 1
+
+
+def fail_for(monkeypatch: pytest.MonkeyPatch, name: str, bad: ToolCall) -> None:
+    """`name` (claim_locked or record_locked) raises for `bad`, on both paths."""
+    original = getattr(dispatch, name)
+
+    def broken(call: ToolCall, *args: Any, **kwargs: Any) -> Any:
+        if call.pk == bad.pk:
+            raise RuntimeError(f"a bug in {name} of one call")
+        return original(call, *args, **kwargs)
+
+    monkeypatch.setattr(dispatch, name, broken)
+    monkeypatch.setattr(dispatch_batch, name, broken)
+
+
+@pytest.mark.django_db
+def test_a_claim_that_raises_fails_its_call_alone(
+    run: Run, sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    good, bad = refunds(run, 2)
+    fail_for(monkeypatch, "claim_locked", bad)
+
+    dispatch_batch.tool_calls_dispatch_batch(items_of([good, bad]))
+
+    assert fresh(good).verification_status == "confirmed_success"
+    assert fresh(bad).execution_status == "authorized"
+    assert message_of(bad).done_at is None  # it comes again
+    assert sandbox.effects_for(bad.external_request_id) == []
+
+
+@pytest.mark.django_db
+def test_a_record_that_raises_loses_only_its_own_answer(
+    run: Run, sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    good, bad = refunds(run, 2)
+    fail_for(monkeypatch, "record_locked", bad)
+
+    dispatch_batch.tool_calls_dispatch_batch(items_of([good, bad]))
+
+    assert fresh(good).verification_status == "confirmed_success"
+    # Sent, not recorded: its lease runs out and reconciliation looks it up.
+    assert fresh(bad).execution_status == "dispatching"
+    assert fresh(bad).attempts.get().classification == "in_flight"
+    assert len(sandbox.effects_for(bad.external_request_id)) == 1
