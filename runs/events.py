@@ -196,11 +196,15 @@ class _Batch:
     """The events of one block of a transaction: each run's chain head is read (and the run
     locked) once, the events are inserted together when the block ends."""
 
-    def __init__(self, conn: Any) -> None:
+    def __init__(self, conn: Any, calls: dict[str, str] | None = None) -> None:
         self.savepoints = list(conn.savepoint_ids)
         self.heads: dict[str, dict[str, Any] | None] = {}
         self.last_of_call: dict[str, str] = {}
         self.pending: list[Event] = []
+        # run id -> the tool calls whose events the block expects to append in that run
+        self.expected: dict[str, list[str]] = {}
+        for tool_call_id, run_id in (calls or {}).items():
+            self.expected.setdefault(run_id, []).append(tool_call_id)
 
     def head(self, run_id: str, tool_call_id: str) -> tuple[dict[str, Any] | None, str]:
         if run_id not in self.heads:
@@ -208,6 +212,12 @@ class _Batch:
             self.heads[run_id] = last
             if tool_call_id:
                 self.last_of_call[tool_call_id] = previous
+            others = [c for c in self.expected.get(run_id, ()) if c != tool_call_id]
+            if others:
+                # The run is locked now: one read for the other calls' last events, rather
+                # than one per call when each appends its first event.
+                found = sql.last_events_of_calls(others)
+                self.last_of_call.update({c: found.get(c, "") for c in others})
             return last, previous
         if tool_call_id and tool_call_id not in self.last_of_call:
             self.last_of_call[tool_call_id] = sql.last_event_of_call(tool_call_id)
@@ -237,16 +247,18 @@ def _batch_here() -> _Batch | None:
 
 
 @contextmanager
-def batch() -> Iterator[None]:
+def batch(calls: dict[str, str] | None = None) -> Iterator[None]:
     """Inside a transaction: the block's events share one chain-head read per run and one
     INSERT, written when the block ends (nested blocks join the outer one). Nothing in the
-    block may read the events back from the database before then."""
+    block may read the events back from the database before then. `calls` (tool call id ->
+    run id) names the calls the block expects to write about: the last events of a run's
+    calls are read together, when the run is locked."""
     if getattr(_local, "batch", None) is not None:
         yield
         return
     if not connection.in_atomic_block:
         raise RuntimeError("a batch of events is written inside a transaction")
-    _local.batch = _Batch(connection)
+    _local.batch = _Batch(connection, calls)
     try:
         yield
         _local.batch.flush()

@@ -55,6 +55,19 @@ def last_event_of_call(tool_call_id: str) -> str:
     return row[0] if row else ""
 
 
+_LAST_OF_CALLS = (
+    "SELECT DISTINCT ON (tool_call_id) tool_call_id, id FROM runs_event"
+    " WHERE tool_call_id = ANY(%s) ORDER BY tool_call_id, seq DESC"
+)
+
+
+def last_events_of_calls(tool_call_ids: list[str]) -> dict[str, str]:
+    """`last_event_of_call` of many calls in one statement (a call with none is left out)."""
+    with connection.cursor() as cursor:
+        cursor.execute(_LAST_OF_CALLS, [list(tool_call_ids)])
+        return dict(cursor.fetchall())
+
+
 def insert_events(events: list[Event]) -> None:
     """All of them in one INSERT."""
     if not events:

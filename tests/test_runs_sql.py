@@ -42,7 +42,12 @@ def _scenario(run: Run) -> None:
             )
 
 
-def _written(run: Run, batched: bool, monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+def _written(
+    run: Run,
+    batched: bool,
+    monkeypatch: pytest.MonkeyPatch,
+    calls: dict[str, str] | None = None,
+) -> list[dict[str, Any]]:
     """The rows the scenario writes after the run's existing events, then rolled back; with
     the same ids and clock each time, so that two ways of writing can be compared."""
     counter = itertools.count(1)
@@ -53,7 +58,7 @@ def _written(run: Run, batched: bool, monkeypatch: pytest.MonkeyPatch) -> list[d
     before = Event.objects.filter(run=run).count()
     with transaction.atomic():
         if batched:
-            with events.batch():
+            with events.batch(calls):
                 _scenario(run)
         else:
             _scenario(run)
@@ -72,6 +77,23 @@ def test_a_batch_writes_the_same_rows_and_hashes_as_single_appends(
     assert batched == single
     causes = [row["causation_id"] for row in batched]
     assert causes == ["", "", "ev_test0001", "", "ev_test0003"]
+
+
+def test_a_batch_told_its_calls_finds_their_last_events_as_single_appends_do(
+    run: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with transaction.atomic():
+        _scenario(run)  # both calls have events already: their causes are read from the log
+    single = _written(run, batched=False, monkeypatch=monkeypatch)
+
+    with CaptureQueriesContext(connection) as queries:
+        told = _written(
+            run, batched=True, monkeypatch=monkeypatch, calls={"tc_one": run.pk, "tc_two": run.pk}
+        )
+
+    assert told == single
+    assert all(row["causation_id"] for row in told if row["tool_call_id"])
+    assert sum("DISTINCT ON (tool_call_id)" in q["sql"] for q in queries) == 1
 
 
 def test_the_batch_is_a_valid_continuation_of_the_chain(run: Run) -> None:

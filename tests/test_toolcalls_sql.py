@@ -95,3 +95,37 @@ def test_the_newest_policy_id_is_the_orms(run: Run, sandbox: Sandbox) -> None:
 
     assert newest_policy_id(run.tenant.pk, call.capability_id) == orm.order_by("-version")[0].pk
     assert newest_policy_id(run.tenant.pk, "no-such-capability") is None
+
+
+def test_the_batch_lock_reads_what_the_single_lock_reads(run: Run, sandbox: Sandbox) -> None:
+    first = propose_in(run, {**REFUND, "amount_cents": 7}, intent="first")
+    dispatch.tool_call_dispatch(tool_call_id=first.pk)  # a result, a receipt: JSON and dates
+    second = propose_in(run, {**REFUND, "amount_cents": 8}, intent="second")
+
+    with transaction.atomic(), CaptureQueriesContext(connection) as queries:
+        locked = sql.lock_calls([second.pk, "tc_missing", first.pk], skip_locked=True)
+
+    assert len(queries) == 1 and queries[0]["sql"].endswith("FOR NO KEY UPDATE OF c SKIP LOCKED")
+    assert [call.pk for call in locked] == sorted([first.pk, second.pk])  # one run: by id
+    for call in locked:
+        with transaction.atomic():
+            single = sql.lock_call(call.pk)
+        assert _values(call) == _values(single)
+        assert _values(call.run) == _values(single.run)
+        assert _values(call.tenant) == _values(single.tenant)
+
+
+def test_the_batch_readiness_is_each_calls_readiness(
+    run: Run, sandbox: Sandbox, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    open_the_circuit(run, sandbox, settings, monkeypatch)
+    first = propose_in(run, {**REFUND, "amount_cents": 7}, intent="first")
+    second = propose_in(run, {**REFUND, "amount_cents": 8}, intent="second", depends_on=[first.pk])
+    calls = list(ToolCall.objects.filter(run=run))
+
+    with CaptureQueriesContext(connection) as queries:
+        batch = sql.readiness_of(calls)
+
+    assert len(queries) == 1
+    assert batch == {call.pk: sql.readiness(call) for call in calls}
+    assert batch[second.pk].has_dependencies and not batch[first.pk].has_dependencies

@@ -58,6 +58,7 @@ class Claim:
     idempotency_key: str
     # A success closes a half-open breaker; with a closed one there is nothing to write.
     breaker_closed: bool = True
+    run_id: str = ""  # for log lines
 
 
 def tool_call_dispatch(
@@ -90,9 +91,29 @@ def tool_call_claim(*, tool_call_id: str, outbox_id: str | None, worker: str = "
 def _claim(tool_call_id: str, outbox_id: str | None, worker: str) -> Claim | None:
     outbox.mark_done(outbox_id)
     call = tool_call_lock(tool_call_id)
-    if call is None or call.execution_status != E.AUTHORIZED:
+    if call is None:
+        return None
+    attempts: list[Attempt] = []
+    claim = claim_locked(call, timezone.now(), worker, attempts=attempts)
+    Attempt.objects.bulk_create(attempts)
+    if claim is not None:
+        crashpoint("inside_claim")  # uncommitted, holding the call's row lock and its run's
+    return claim
+
+
+def claim_locked(
+    call: ToolCall,
+    now: datetime,
+    worker: str,
+    *,
+    attempts: list[Attempt],
+    ready: sql.Readiness | None = None,
+) -> Claim | None:
+    """The checks and the claim of one call whose row the caller has locked. The attempt of a
+    claim is appended to `attempts`, for the caller to insert (a batch inserts all of them in
+    one statement). `ready` is what sql.readiness would answer now (read here when None)."""
+    if call.execution_status != E.AUTHORIZED:
         return None  # Somebody else claimed it, or it moved on: a duplicate message.
-    now = timezone.now()
     if call.next_attempt_at and call.next_attempt_at > now + timedelta(milliseconds=100):
         return None  # Early: the message scheduled for next_attempt_at will come.
     if not call.run.is_open:
@@ -106,7 +127,7 @@ def _claim(tool_call_id: str, outbox_id: str | None, worker: str) -> Claim | Non
         # done and the call says why (a retry once the contract is back sends it).
         _fail_unsent(call, (errors.CAPABILITY_UNKNOWN, f"{call.capability_id} is not registered"))
         return None
-    ready = sql.readiness(call)
+    ready = ready or sql.readiness(call)
     if not _ready_to_send(call, capability, now, ready):
         return None
     breaker_closed = _deferred_by_breaker(call, capability, now, ready)
@@ -129,7 +150,7 @@ def _claim(tool_call_id: str, outbox_id: str | None, worker: str) -> Claim | Non
     if admission != "ok":
         _fail_unsent(call, admission)
         return None
-    return _take(call, capability, now, worker or worker_name(), breaker_closed)
+    return _take(call, capability, now, worker or worker_name(), breaker_closed, attempts)
 
 
 def _ready_to_send(
@@ -174,13 +195,18 @@ def _deferred_by_breaker(
 
 
 def _take(
-    call: ToolCall, capability: Capability, now: datetime, worker: str, breaker_closed: bool
+    call: ToolCall,
+    capability: Capability,
+    now: datetime,
+    worker: str,
+    breaker_closed: bool,
+    attempts: list[Attempt],
 ) -> Claim:
-    """Fencing token + 1, a lease, an attempt, `dispatching`."""
+    """Fencing token + 1, a lease, an attempt (inserted by the caller), `dispatching`."""
     call.fencing_token += 1
     number = call.fencing_token  # one claim, one attempt: their counts are the same
     lease = now + timedelta(seconds=timeout_of(capability) + settings.LEASE_MARGIN_SECONDS)
-    attempt = Attempt.objects.create(
+    attempt = Attempt(
         tool_call=call,
         run=call.run,
         number=number,
@@ -188,6 +214,7 @@ def _take(
         worker=worker,
         started_at=now,
     )
+    attempts.append(attempt)
     call.lease_expires_at = lease
     call.next_attempt_at = None
     tool_call_transition(
@@ -200,7 +227,6 @@ def _take(
         fencing_token=call.fencing_token,
         lease_expires_at=lease.isoformat(),
     )
-    crashpoint("inside_claim")  # uncommitted, holding the call's row lock and its run's
     return Claim(
         tool_call_id=call.pk,
         attempt_id=attempt.pk,
@@ -211,6 +237,7 @@ def _take(
         external_request_id=call.external_request_id,
         idempotency_key=call.idempotency_key,
         breaker_closed=breaker_closed,
+        run_id=call.run_id,
     )
 
 
@@ -281,8 +308,13 @@ def record_outcome(claim: Claim, outcome: Outcome) -> tuple[ToolCall, str] | Non
 
 
 def _record(claim: Claim, outcome: Outcome) -> tuple[ToolCall, str] | None:
-    call = tool_call_lock(claim.tool_call_id)
-    now = timezone.now()
+    return record_locked(tool_call_lock(claim.tool_call_id), claim, outcome, timezone.now())
+
+
+def record_locked(
+    call: ToolCall, claim: Claim, outcome: Outcome, now: datetime
+) -> tuple[ToolCall, str] | None:
+    """`_record` for a call whose row the caller has locked."""
     attempt = Attempt.objects.filter(pk=claim.attempt_id)
     ended = {"ended_at": now, "error_name": outcome.error_name, "http_status": outcome.http_status}
     if call.fencing_token != claim.fencing_token or call.execution_status != E.DISPATCHING:

@@ -49,6 +49,16 @@ def _make(model: Any, fields: Any, converters: list, values: tuple) -> Any:
     return model.from_db(connection.alias, [f.attname for f in fields], converted)
 
 
+# The same for many calls (a dispatch batch): one statement, in the order of their runs so
+# that the batch then locks the runs (appending events) in one order, as every batch does.
+_LOCK_MANY = (
+    f"SELECT {_columns('c', _CALL)}, {_columns('r', _RUN)}, {_columns('t', _TENANT)}"
+    " FROM toolcalls_toolcall c JOIN runs_run r ON r.id = c.run_id"
+    " JOIN runs_tenant t ON t.id = c.tenant_id WHERE c.id = ANY(%s)"
+    " ORDER BY c.run_id, c.id FOR NO KEY UPDATE OF c"
+)
+
+
 def lock_call(tool_call_id: str) -> ToolCall | None:
     """The call with its run and tenant, the call's row locked; None when there is none."""
     if not connection.features.has_select_for_update:
@@ -63,6 +73,24 @@ def lock_call(tool_call_id: str) -> ToolCall | None:
         row = cursor.fetchone()
     if row is None:
         return None
+    return _call_of(row)
+
+
+def lock_calls(tool_call_ids: list[str], *, skip_locked: bool = False) -> list[ToolCall]:
+    """The calls with their runs and tenants, their rows locked, ordered by run then id. With
+    `skip_locked` a call another transaction holds is left out instead of waited for."""
+    if not connection.features.has_select_for_update:
+        query = ToolCall.objects.select_for_update(of=("self",), no_key=True)
+        query = query.select_related("run", "tenant").filter(pk__in=tool_call_ids)
+        return list(query.order_by("run_id", "id"))
+    statement = _LOCK_MANY + (" SKIP LOCKED" if skip_locked else "")
+    with connection.cursor() as cursor:
+        cursor.execute(statement, [list(tool_call_ids)])
+        rows = cursor.fetchall()
+    return [_call_of(row) for row in rows]
+
+
+def _call_of(row: tuple) -> ToolCall:
     first, second = len(_CALL), len(_CALL) + len(_RUN)
     call = _make(ToolCall, _CALL, _CONVERT[0], row[:first])
     run = _make(Run, _RUN, _CONVERT[1], row[first:second])
@@ -100,3 +128,25 @@ def readiness(call: ToolCall) -> Readiness:
         cursor.execute(_READINESS, [call.run_id, call.pk, *target, *target])
         attempts, has_dependencies, newest_policy_id, breaker_state = cursor.fetchone()
     return Readiness(attempts, bool(has_dependencies), newest_policy_id, breaker_state)
+
+
+# The same for many calls in one statement (a dispatch batch), keyed by call id.
+_READINESS_MANY = (
+    "SELECT c.id, (SELECT count(*) FROM toolcalls_attempt a WHERE a.run_id = c.run_id),"
+    " EXISTS (SELECT 1 FROM toolcalls_toolcall_depends_on d WHERE d.from_toolcall_id = c.id),"
+    " (SELECT p.id FROM approvals_policy p WHERE p.tenant_id = c.tenant_id"
+    " AND p.capability_id = c.capability_id ORDER BY p.version DESC LIMIT 1),"
+    " (SELECT b.state FROM toolcalls_circuitbreaker b WHERE b.tenant_id = c.tenant_id"
+    " AND b.capability_id = c.capability_id)"
+    " FROM toolcalls_toolcall c WHERE c.id = ANY(%s)"
+)
+
+
+def readiness_of(calls: list[ToolCall]) -> dict[str, Readiness]:
+    """`readiness` of each call, read in one statement."""
+    if not calls:
+        return {}
+    with connection.cursor() as cursor:
+        cursor.execute(_READINESS_MANY, [[call.pk for call in calls]])
+        rows = cursor.fetchall()
+    return {row[0]: Readiness(row[1], bool(row[2]), row[3], row[4]) for row in rows}

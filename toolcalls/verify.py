@@ -37,35 +37,48 @@ def tool_call_verify(
     if call is None or call.verification_status != V.PENDING:
         mark_done(outbox_id)
         return
+    judgment = observe(call)
+    with transaction.atomic():
+        judge(tool_call_id, outbox_id, judgment)
+
+
+def observe(call: ToolCall) -> str:
+    """Look at the system (no database): the capability's judgment, or "unavailable"."""
     capability = capability_of(call)
     try:
-        judgment = capability.verify(TrustedData(call.tenant.slug), call.external_id, call.args)
+        return capability.verify(TrustedData(call.tenant.slug), call.external_id, call.args)
     except UpstreamUnavailable:
-        judgment = "unavailable"
-    with transaction.atomic():
-        outbox.mark_done(outbox_id)
-        call = tool_call_lock(tool_call_id)
-        if call.verification_status != V.PENDING:
-            return
-        call.verifications += 1
-        if judgment in ("confirmed_success", "confirmed_failure"):
-            action = "confirm_success" if judgment == "confirmed_success" else "confirm_failure"
-            tool_call_transition(call, action, actor=SYSTEM, producer="verifier")
-            if action == "confirm_success" and call.compensation_of_id:
-                _finish_compensation(call)
-            _wake_dependents(call)
-            return
-        if call.verifications >= MAX_VERIFICATIONS:
-            tool_call_transition(
-                call,
-                "find_inconclusive",
-                actor=SYSTEM,
-                producer="verifier",
-                reason=f"{judgment} after {call.verifications} observations",
-            )
-            return
-        call.save(update_fields=["verifications", "updated_at"])
-        outbox.enqueue(VERIFY_TASK, call.pk, countdown=0.5 * 2**call.verifications)
+        return "unavailable"
+
+
+def judge(
+    tool_call_id: str, outbox_id: str | None, judgment: str, locked: ToolCall | None = None
+) -> None:
+    """Write what the observation proves, in the caller's transaction (a batch of
+    dispatches writes all its verifications in one, its calls `locked` already)."""
+    outbox.mark_done(outbox_id)
+    call = locked or tool_call_lock(tool_call_id)
+    if call.verification_status != V.PENDING:
+        return
+    call.verifications += 1
+    if judgment in ("confirmed_success", "confirmed_failure"):
+        action = "confirm_success" if judgment == "confirmed_success" else "confirm_failure"
+        tool_call_transition(call, action, actor=SYSTEM, producer="verifier")
+        if action == "confirm_success" and call.compensation_of_id:
+            _finish_compensation(call)
+        _wake_dependents(call)
+        return
+    if call.verifications >= MAX_VERIFICATIONS:
+        tool_call_transition(
+            call,
+            "find_inconclusive",
+            actor=SYSTEM,
+            producer="verifier",
+            reason=f"{judgment} after {call.verifications} observations",
+        )
+        return
+    call.save(update_fields=["verifications", "updated_at"])
+    outbox.enqueue(VERIFY_TASK, call.pk, countdown=0.5 * 2**call.verifications)
 
 
 def _wake_dependents(call: ToolCall) -> None:

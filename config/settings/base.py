@@ -320,6 +320,11 @@ TOOLCALL_TIMEOUT_OVERRIDE = float(os.environ.get("TOOLCALL_TIMEOUT_OVERRIDE", "0
 CIRCUIT_OPEN_SECONDS = float(os.environ.get("CIRCUIT_OPEN_SECONDS", "30"))
 # Extra time past a call's own timeout before the sweeper deems its worker gone.
 LEASE_MARGIN_SECONDS = float(os.environ.get("LEASE_MARGIN_SECONDS", "10"))
+# Batched dispatch (toolcalls/dispatch_batch.py): how many ready calls one dispatcher task
+# claims in one transaction (the outbox drainer leases this many `toolcalls.dispatch` rows),
+# and how many requests of a batch are in flight at once (threads per worker process).
+DISPATCH_BATCH_SIZE = int(os.environ.get("DISPATCH_BATCH_SIZE", "50"))
+DISPATCH_SEND_THREADS = int(os.environ.get("DISPATCH_SEND_THREADS", "16"))
 # An outbox message still undone this long after it was due is published again.
 OUTBOX_REPUBLISH_AFTER_SECONDS = float(os.environ.get("OUTBOX_REPUBLISH_AFTER_SECONDS", "30"))
 # After this many republishes a message is left undone and no longer sent: its task keeps

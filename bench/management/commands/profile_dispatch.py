@@ -1,15 +1,21 @@
-"""Where a call's CPU goes: the proposal and the worker's task body, under cProfile.
+"""What a dispatched call costs the worker, single or batched, measured with a CPU clock.
 
-    python manage.py profile_dispatch --database countersign_bench --redis-db 2 --calls 300
+    python manage.py profile_dispatch --database cs_hd_bench --redis-db 13 --calls 300 \
+        --batch 0 1 10 50 [--profile]
 
 In one process, against a database that bench_dispatch made (its mark is checked; run
-bench_dispatch once first): starts a sandbox, proposes `--calls` refunds through
-`tool_call_propose` under one profiler, then runs each call's dispatch task body
-(`tool_call_dispatch`: claim, send, record, verify) in turn under another, both with a CPU
-clock (`time.process_time`), and prints the functions that cost the most, per call. Celery's
-own consume and publish are not in the worker's profile (bench_dispatch measures the whole
-worker process); the dispatch messages the proposals publish land in the given Redis
-database, which is emptied before and after.
+bench_dispatch once first): starts a sandbox, then for each `--batch` value proposes `--calls`
+refunds through `tool_call_propose` (each value on orders of its own, so no answer grows) and
+dispatches them: 0 is the single-call path, the Celery task body of today
+(`tool_call_dispatch` per call: claim, send, record, verify); N is
+`tool_calls_dispatch_batch` on N calls at a time (claim in one transaction, send
+concurrently, record in one, verify together), as the outbox drainer calls it. For each it
+prints, per call: this process's CPU (`time.process_time`: every thread, the send pool's
+included), the SQL statements it sent, the CPU of its PostgreSQL backend and of the sandbox
+(both from /proc), and the wall time. With `--profile` each dispatch also runs under cProfile
+(its CPU then includes the profiler's) and the functions that cost the most are printed, the
+proposal's too. The dispatch messages the proposals publish land in the given Redis database,
+which is emptied before and after.
 """
 
 from __future__ import annotations
@@ -23,107 +29,184 @@ import sys
 import tempfile
 import time
 import uuid
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+import httpx
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from bench import pgstats
-from bench.management.commands.bench_dispatch import (
-    MARK,
-    _redis_db,
-    add_orders,
-    claim_redis,
-)
+from bench.cpu import _cpu_seconds
+from bench.management.commands.bench_dispatch import MARK, claim_redis
+from bench.ownership import redis_db
 from bench.procs import start_sandbox
 
 
 class Command(BaseCommand):
-    help = "Profile the proposal and the dispatch task body with a CPU clock."
+    help = "CPU and SQL per dispatched call, single-call path and batches."
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("--database", required=True, help="a database bench_dispatch made")
         parser.add_argument("--redis-db", type=int, required=True)
-        parser.add_argument("--calls", type=int, default=300)
+        parser.add_argument("--calls", type=int, default=300, help="per --batch value")
+        parser.add_argument(
+            "--batch",
+            type=int,
+            nargs="+",
+            default=[0],
+            help="0: the single-call path; N: tool_calls_dispatch_batch, N calls at a time",
+        )
+        parser.add_argument("--profile", action="store_true", help="print cProfile's figures")
         parser.add_argument("--top", type=int, default=30, help="functions listed per profile")
-        parser.add_argument("--dump", help="write the worker's raw profile to this file")
+        parser.add_argument("--dump", help="write the last dispatch profile to this file")
 
     def handle(self, *args: Any, **options: Any) -> None:
         url = os.environ.get("DATABASE_URL", "")
         if not url.startswith("postgres"):
             raise CommandError("set DATABASE_URL=postgres://… (the server of --database)")
+        if min(options["batch"]) < 0 or options["calls"] < 1:
+            raise CommandError("--calls must be at least 1 and --batch values at least 0.")
         name = options["database"]
         if pgstats.database_comment(url, name) != MARK:
             raise CommandError(f"{name} is not a database bench_dispatch made: refused.")
         if settings.DATABASES["default"]["NAME"] != name:
             # Start again in a process whose settings name the benchmark's database and Redis.
-            broker = _redis_db(os.environ.get("CELERY_BROKER_URL", ""), options["redis_db"])
+            broker = redis_db(os.environ.get("CELERY_BROKER_URL", ""), options["redis_db"])
             claim_redis(broker)
             env = {**os.environ, "DATABASE_URL": pgstats.with_database(url, name)}
             env.update(CELERY_BROKER_URL=broker, DJANGO_SETTINGS_MODULE="config.settings.base")
             env.update(DJANGO_DEBUG="0", LOG_LEVEL="WARNING")
             sys.stdout.flush()
             os.execve(sys.executable, [sys.executable, *sys.argv], env)
-        self.profile(options)
+        self.measure_all(options)
 
-    def profile(self, options: dict[str, Any]) -> None:
-        from bench import driver
-        from runs.models import OutboxMessage, Tenant
-        from toolcalls.dispatch import tool_call_dispatch
-        from toolcalls.models import ToolCall
-        from toolcalls.propose import tool_call_propose
-
-        calls = options["calls"]
+    def measure_all(self, options: dict[str, Any]) -> None:
+        calls, modes = options["calls"], options["batch"]
         tmp = Path(tempfile.mkdtemp(prefix="countersign-profile-"))
         sandbox, sandbox_url = start_sandbox(
             Path(settings.BASE_DIR), dict(os.environ), tmp / "sandbox", tmp
         )
         try:
             settings.SANDBOX_URL = sandbox_url
-            add_orders(sandbox_url, calls)
-            run_ids = driver.setup(calls, 20)["run_ids"]
-            tenant = Tenant.objects.get(slug=driver.TENANT)
-            tag = uuid.uuid4().hex[:8]
-            proposer = cProfile.Profile(time.process_time)
-            ids = []
-            for i in range(calls):
-                args = {
-                    "order_id": f"order-{driver.FIRST_ORDER + i}",
-                    "amount_cents": 1,
-                    "currency": "USD",
-                }
-                proposer.enable()
-                call, _ = tool_call_propose(
-                    tenant=tenant,
-                    run_id=run_ids[i % len(run_ids)],
-                    capability_id=driver.CAPABILITY,
-                    args=args,
-                    intent=f"profile-{tag}-{i}",
-                    actor=driver.ACTOR,
-                )
-                proposer.disable()
-                ids.append(call.pk)
-            messages = dict(
-                OutboxMessage.objects.filter(task="toolcalls.dispatch", done_at=None).values_list(
-                    "args__0", "pk"
-                )
+            # Orders of their own for the warm-up and for each mode.
+            self.add_orders(sandbox_url, calls * len(modes) + 20)
+            self.stdout.write(f"{calls} calls per mode; load average {_load()}")
+            # Warm up (imports, caches, connections) with both paths; not measured.
+            self.measure(sandbox, 10, 0, calls * len(modes), {**options, "profile": False})
+            self.measure(sandbox, 10, 5, calls * len(modes) + 10, {**options, "profile": False})
+            results = [
+                self.measure(sandbox, calls, mode, calls * index, options)
+                for index, mode in enumerate(modes)
+            ]
+            self.stdout.write(f"\nload average {_load()}")
+            self.stdout.write(
+                "mode | confirmed | worker CPU ms/call | SQL statements/call |"
+                " PostgreSQL backend CPU ms/call | sandbox CPU ms/call | wall ms/call"
             )
-            worker = cProfile.Profile(time.process_time)
-            for call_id in ids:
-                worker.enable()
-                tool_call_dispatch(tool_call_id=call_id, outbox_id=messages.get(call_id))
-                worker.disable()
-            done = ToolCall.objects.filter(pk__in=ids, verification_status="confirmed_success")
-            self.stdout.write(f"{done.count()}/{calls} calls confirmed_success")
-            self.report("proposal (tool_call_propose)", proposer, calls, options["top"])
-            self.report("worker (tool_call_dispatch)", worker, calls, options["top"])
-            if options["dump"]:
-                worker.dump_stats(options["dump"])
+            for row in results:
+                self.stdout.write(" | ".join(row))
         finally:
             sandbox.stop()
             shutil.rmtree(tmp, ignore_errors=True)
             claim_redis(os.environ["CELERY_BROKER_URL"])
+
+    def add_orders(self, sandbox_url: str, count: int) -> None:
+        from bench.driver import FIRST_ORDER, TENANT
+
+        body = {"tenant": TENANT, "first": FIRST_ORDER, "count": count, "captured_cents": 100}
+        httpx.post(f"{sandbox_url}/orders", json=body, timeout=60).raise_for_status()
+
+    def propose(self, calls: int, first_order: int, profile: cProfile.Profile | None) -> list:
+        from bench import driver
+        from runs.models import Tenant
+        from toolcalls.propose import tool_call_propose
+
+        run_ids = driver.setup(calls, 20)["run_ids"]
+        tenant = Tenant.objects.get(slug=driver.TENANT)
+        tag = uuid.uuid4().hex[:8]
+        ids = []
+        for i in range(calls):
+            order = f"order-{driver.FIRST_ORDER + first_order + i}"
+            with ExitStack() as stack:
+                if profile:
+                    stack.callback(profile.disable)
+                    profile.enable()
+                call, _ = tool_call_propose(
+                    tenant=tenant,
+                    run_id=run_ids[i % len(run_ids)],
+                    capability_id=driver.CAPABILITY,
+                    args={"order_id": order, "amount_cents": 1, "currency": "USD"},
+                    intent=f"profile-{tag}-{i}",
+                    actor=driver.ACTOR,
+                )
+            ids.append(call.pk)
+        return ids
+
+    def measure(
+        self, sandbox: Any, calls: int, mode: int, first_order: int, options: dict[str, Any]
+    ) -> list[str]:
+        from django.db import connection
+
+        from runs.models import OutboxMessage
+        from toolcalls.dispatch import tool_call_dispatch
+        from toolcalls.dispatch_batch import tool_calls_dispatch_batch
+        from toolcalls.models import ToolCall
+
+        proposer = cProfile.Profile(time.process_time) if options["profile"] else None
+        ids = self.propose(calls, first_order, proposer)
+        messages = dict(
+            OutboxMessage.objects.filter(
+                task="toolcalls.dispatch", done_at=None, args__0__in=ids
+            ).values_list("args__0", "pk")
+        )
+        items = [(call_id, messages.get(call_id)) for call_id in ids]
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid()")
+            backend = cursor.fetchone()[0]
+        statements = [0]
+
+        def count(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+            statements[0] += 1
+            return execute(sql, params, many, context)
+
+        worker = cProfile.Profile(time.process_time) if options["profile"] else None
+        pg0, sandbox0 = _cpu_seconds(backend), _cpu_seconds(sandbox.pid)
+        wall0, cpu0 = time.perf_counter(), time.process_time()
+        with connection.execute_wrapper(count):
+            if worker:
+                worker.enable()
+            if mode == 0:
+                for call_id, outbox_id in items:
+                    tool_call_dispatch(tool_call_id=call_id, outbox_id=outbox_id)
+            else:
+                for start in range(0, len(items), mode):
+                    tool_calls_dispatch_batch(items[start : start + mode])
+            if worker:
+                worker.disable()
+        cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+        pg, sandbox_cpu = _cpu_seconds(backend) - pg0, _cpu_seconds(sandbox.pid) - sandbox0
+        done = ToolCall.objects.filter(pk__in=ids, verification_status="confirmed_success")
+        title = "single path (tool_call_dispatch)" if mode == 0 else f"batches of {mode}"
+        if worker and proposer:
+            self.report("proposal (tool_call_propose)", proposer, calls, options["top"])
+            self.report(f"worker, {title}", worker, calls, options["top"])
+            if options["dump"]:
+                worker.dump_stats(options["dump"])
+
+        def per_call(value: float, scale: float = 1000) -> str:
+            return f"{value * scale / calls:.2f}"
+
+        return [
+            title,
+            f"{done.count()}/{calls}",
+            per_call(cpu) + (" (profiled)" if worker else ""),
+            per_call(statements[0], 1),
+            per_call(pg),
+            per_call(sandbox_cpu),
+            per_call(wall),
+        ]
 
     def report(self, title: str, profile: cProfile.Profile, calls: int, top: int) -> None:
         stats = pstats.Stats(profile)
@@ -135,3 +218,7 @@ class Command(BaseCommand):
             stats.sort_stats(sort).print_stats(top)
             self.stdout.write(f"-- by {sort} (seconds over {calls} calls)")
             self.stdout.write(out.getvalue().split("ncalls", 1)[-1])
+
+
+def _load() -> str:
+    return " ".join(f"{value:.1f}" for value in os.getloadavg())

@@ -1,0 +1,259 @@
+"""Batched dispatch (issue 12, point 2): many ready calls per task, the same invariants.
+
+A batch is the single-call path of toolcalls/dispatch.py done for many calls at once, with
+the work shared where it can be: one transaction claims them all (one statement locks the
+calls, skipping those another worker holds; one reads what every claim must know; one
+inserts the attempts; the events go in one INSERT), the requests are sent concurrently, one
+transaction records every outcome (each only if its fencing token is still current), and one
+writes the verifications. Each call still gets its own fencing token, lease, attempt and
+events, through the single path's own functions (`claim_locked`, `record_locked`, `judge`).
+
+Runs are locked in one order (the calls are handled by run, then id), so two batches that
+share runs wait for each other instead of deadlocking.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import os
+import threading
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from typing import TypeVar
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from runs import events, logcontext
+from runs.faults import crashpoint
+from runs.models import OutboxMessage
+from toolcalls import sql
+from toolcalls.dispatch import (
+    Claim,
+    claim_locked,
+    record_locked,
+    record_outcome,
+    tool_call_dispatch,
+)
+from toolcalls.models import Attempt, ToolCall
+from toolcalls.send import Outcome, send
+from toolcalls.verify import judge, observe
+from toolcalls.writes import bind_log_ids
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def tool_calls_dispatch_batch(items: list[tuple[str, str | None]], *, worker: str = "") -> None:
+    """Dispatch the calls named by (tool call id, id of the outbox message that asked, or
+    None). A call that another transaction holds is skipped and its message left undone, so it
+    comes again. Safe to run twice or concurrently for the same calls."""
+    try:
+        claims = claim_batch(items, worker=worker)
+    except Exception:
+        if len(items) == 1:
+            raise
+        # One call's claim raised and rolled the batch back (a bug, or a deadlock): one by
+        # one, that call fails alone and the others go, instead of the batch failing forever.
+        log.exception("claiming a batch of %d failed; dispatching its calls one by one", len(items))
+        _dispatch_one_by_one(items, worker)
+        return
+    if not claims:
+        return
+    crashpoint("before_send")
+    outcomes = send_batch(claims)
+    crashpoint("after_send")
+    # A send that raised (a bug, not an answer) is not recorded: its lease runs out and the
+    # sweeper hands the call to reconciliation, as when a single-call worker dies there.
+    pairs = zip(claims, outcomes, strict=True)
+    sent = [(claim, outcome) for claim, outcome in pairs if outcome is not None]
+    try:
+        accepted = record_batch(sent)
+    except Exception:
+        if len(sent) == 1:
+            raise
+        # The answers are not lost with the batch's transaction: each is recorded alone.
+        log.exception("recording a batch of %d failed; recording one by one", len(sent))
+        accepted = _record_one_by_one(sent)
+    if accepted:
+        verify_batch(accepted)
+
+
+def _dispatch_one_by_one(items: list[tuple[str, str | None]], worker: str) -> None:
+    for tool_call_id, outbox_id in items:
+        try:
+            tool_call_dispatch(tool_call_id=tool_call_id, outbox_id=outbox_id, worker=worker)
+        except Exception:
+            log.exception("dispatching %s failed; its message stays undone", tool_call_id)
+
+
+def _record_one_by_one(sent: list[tuple[Claim, Outcome]]) -> list[tuple[ToolCall, str]]:
+    accepted = []
+    for claim, outcome in sent:
+        try:
+            verify_now = record_outcome(claim, outcome)
+        except Exception:
+            log.exception("recording %s failed; its lease will expire", claim.tool_call_id)
+            continue
+        if verify_now:
+            accepted.append(verify_now)
+    return accepted
+
+
+# --- claim ----------------------------------------------------------------------------------
+
+
+@transaction.atomic
+def claim_batch(items: list[tuple[str, str | None]], *, worker: str = "") -> list[Claim]:
+    """Take every call of `items` that is ready, in one transaction; nothing is sent here."""
+    ids = list(dict.fromkeys(call_id for call_id, _ in items))
+    calls = sql.lock_calls(ids, skip_locked=True)
+    handled = {call.pk for call in calls} | _gone(ids, calls)
+    _mark_done([outbox_id for call_id, outbox_id in items if outbox_id and call_id in handled])
+    now = timezone.now()
+    readiness = sql.readiness_of(calls)
+    with events.batch(_runs_of(calls)):
+        # The attempts are inserted after the loop: count those this batch takes in a run, as
+        # the single path's next claim would count them in the database.
+        taken: Counter[str] = Counter()
+        attempts: list[Attempt] = []
+        claims = []
+        for call in calls:
+            bind_log_ids(call)
+            ready = readiness[call.pk]
+            ready = replace(ready, attempts_in_run=ready.attempts_in_run + taken[call.run_id])
+            claim = claim_locked(call, now, worker, attempts=attempts, ready=ready)
+            if claim is not None:
+                claims.append(claim)
+                taken[call.run_id] += 1
+        Attempt.objects.bulk_create(attempts)
+        if claims:
+            crashpoint("inside_claim")  # uncommitted, holding the calls' row locks and runs'
+    return claims
+
+
+def _runs_of(calls: list[ToolCall]) -> dict[str, str]:
+    return {call.pk: call.run_id for call in calls}
+
+
+def _gone(ids: list[str], locked: list[ToolCall]) -> set[str]:
+    """The ids of calls that do not exist (their messages are done): a call not locked is
+    either held by another transaction or not there, and only the first comes again."""
+    missing = set(ids) - {call.pk for call in locked}
+    if not missing:
+        return set()
+    return missing - set(ToolCall.objects.filter(pk__in=missing).values_list("pk", flat=True))
+
+
+def _mark_done(outbox_ids: list[str]) -> None:
+    """Like runs.outbox.mark_done, for many messages in one statement."""
+    if outbox_ids:
+        OutboxMessage.objects.filter(pk__in=outbox_ids, done_at=None).update(done_at=timezone.now())
+
+
+# --- send -----------------------------------------------------------------------------------
+
+
+def send_batch(claims: list[Claim]) -> list[Outcome | None]:
+    """Each claim's request, concurrently; None for a send that raised."""
+    return concurrently(_send_one, claims)
+
+
+def _send_one(claim: Claim) -> Outcome | None:
+    # In this thread's copy of the task's context: its log lines name this call.
+    logcontext.bind(tenant=claim.tenant_slug, run_id=claim.run_id, tool_call_id=claim.tool_call_id)
+    try:
+        return send(claim)
+    except Exception:
+        log.exception("sending %s raised; its lease will expire", claim.tool_call_id)
+        return None
+
+
+_pools: dict[int, ThreadPoolExecutor] = {}
+_lock = threading.Lock()
+
+
+def _pool() -> ThreadPoolExecutor:
+    # One pool per process, like the HTTP client (toolcalls/connectors.py): a pool made before
+    # a fork would have no threads in the child.
+    pid = os.getpid()
+    pool = _pools.get(pid)
+    if pool is None:
+        with _lock:
+            pool = _pools.get(pid)
+            if pool is None:
+                pool = ThreadPoolExecutor(
+                    max_workers=settings.DISPATCH_SEND_THREADS, thread_name_prefix="dispatch-send"
+                )
+                _pools[pid] = pool
+    return pool
+
+
+def concurrently(function: Callable[[T], R], items: list[T]) -> list[R]:
+    """function(item) for each item, in the process's send pool; the results in order. The
+    functions must not use the database: the pool's threads have no transaction of ours."""
+    if len(items) <= 1:
+        return [function(item) for item in items]  # a batch of one waits for no thread
+    # Each in a copy of this context: its log lines and spans name the task's ids.
+    futures = [_pool().submit(contextvars.copy_context().run, function, i) for i in items]
+    return [future.result() for future in futures]
+
+
+# --- record and verify ----------------------------------------------------------------------
+
+
+@transaction.atomic
+def record_batch(sent: list[tuple[Claim, Outcome]]) -> list[tuple[ToolCall, str]]:
+    """Record every outcome in one transaction, each only if its claim is still current.
+    Returns the accepted calls to verify now, with their verification's outbox message."""
+    if not sent:
+        return []
+    by_id = {claim.tool_call_id: (claim, outcome) for claim, outcome in sent}
+    accepted = []
+    calls = sql.lock_calls(list(by_id))
+    now = timezone.now()
+    with events.batch(_runs_of(calls)):
+        for call in calls:
+            bind_log_ids(call)
+            claim, outcome = by_id[call.pk]
+            verify_now = record_locked(call, claim, outcome, now)
+            if verify_now:
+                accepted.append(verify_now)
+    return accepted
+
+
+def verify_batch(accepted: list[tuple[ToolCall, str]]) -> None:
+    """Observe every accepted call concurrently, then write the judgments in one transaction.
+    Each verification's outbox message is the safety net: if this fails, it runs later."""
+    judgments = concurrently(_observe_one, [call for call, _ in accepted])
+    observed = {
+        call.pk: (outbox_id, judgment)
+        for (call, outbox_id), judgment in zip(accepted, judgments, strict=True)
+        if judgment is not None
+    }
+    if not observed:
+        return
+    try:
+        with transaction.atomic():
+            calls = sql.lock_calls(list(observed))
+            with events.batch(_runs_of(calls)):
+                for call in calls:
+                    bind_log_ids(call)
+                    outbox_id, judgment = observed[call.pk]
+                    judge(call.pk, outbox_id, judgment, locked=call)
+    except Exception:
+        log.exception("verifying a batch failed; its verification messages will run")
+
+
+def _observe_one(call: ToolCall) -> str | None:
+    bind_log_ids(call)
+    try:
+        return observe(call)
+    except Exception:
+        log.exception("observing %s raised; its verification message will run", call.pk)
+        return None
