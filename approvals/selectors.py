@@ -77,13 +77,17 @@ def inbox_state(*, tenant: Tenant) -> InboxState:
     return InboxState(figures["count"], figures["latest"])
 
 
-def next_for(*, user: User, after: Approval) -> Approval | None:
-    """The next approval in the inbox's order that this person can still decide."""
+def next_for(*, user: User, after: Approval) -> str | None:
+    """The id of the next approval in the inbox's order that this person can still decide.
+    Only the id: the page links to it, and without the inbox's annotations the query costs a
+    fraction to build."""
     return (
-        inbox(tenant=user.tenant)
+        Approval.objects.filter(tenant=user.tenant, state=Approval.State.PENDING)
         .exclude(pk=after.pk)
         .exclude(decisions__user=user)
         .exclude(requested_by=user)
+        .order_by("expires_at", RISK_ORDER, "id")
+        .values_list("pk", flat=True)
         .first()
     )
 

@@ -95,16 +95,25 @@ def same_object_calls(
     """Other calls of this capability on this object, open or changed in the last day; a
     warning when one is still open or went out recently (the same refund asked twice)."""
     calls = context.calls_on_object(tenant=tenant, call=call, same_capability=True, now=now)
-    rows = [
-        {
-            "call": other,
-            "args": formatting.argument_rows(capability, other.args),
-            "identical": other.args_digest == call.args_digest,
-            "open": other.execution_status not in ToolCall.FINAL_EXECUTION,
-            "done": other.execution_status == E.COMPLETED,
-        }
-        for other in calls
-    ]
+    amount_field = next(iter(formatting.money_fields(capability)), None)
+    rows = []
+    for other in calls:
+        # Written here once, not looped over in the template for each row (issue #11).
+        args = formatting.argument_rows(capability, other.args)
+        rows.append(
+            {
+                "call": other,
+                "args_text": "; ".join(
+                    f"{arg['label']} {arg['text']}" for arg in args if arg["name"] != "order_id"
+                ),
+                "amount_text": next(
+                    (arg["text"] for arg in args if arg["name"] == amount_field), ""
+                ),
+                "identical": other.args_digest == call.args_digest,
+                "open": other.execution_status not in ToolCall.FINAL_EXECUTION,
+                "done": other.execution_status == E.COMPLETED,
+            }
+        )
     warn = [row for row in rows if row["open"] or row["done"]]
     if capability is not None and capability.action == "refund":
         title = "Other refunds of this order"
@@ -115,7 +124,6 @@ def same_object_calls(
         "rows": rows,
         "warn": warn,
         "identical": [row for row in warn if row["identical"]],
-        "amount_field": next(iter(formatting.money_fields(capability)), None),
     }
 
 

@@ -51,8 +51,15 @@ def label(capability: Capability | None, name: str) -> str:
     return spec.get("title") or name.replace("_", " ")
 
 
-def value_text(capability: Capability | None, name: str, value: Any, args: dict) -> str:
-    currency_field = money_fields(capability).get(name)
+def value_text(
+    capability: Capability | None,
+    name: str,
+    value: Any,
+    args: dict,
+    amounts: dict[str, str] | None = None,
+) -> str:
+    """`amounts`: money_fields(capability), when the caller formats many values of it."""
+    currency_field = (money_fields(capability) if amounts is None else amounts).get(name)
     if currency_field:
         return money(value, args.get(currency_field))
     return "—" if value is None or value == "" else str(value)
@@ -60,13 +67,14 @@ def value_text(capability: Capability | None, name: str, value: Any, args: dict)
 
 def argument_rows(capability: Capability | None, args: dict[str, Any]) -> list[dict[str, Any]]:
     """The arguments in the schema's order (then any the schema does not name), labelled."""
-    order = list(capability.input_schema.get("properties", {})) if capability else []
-    names = [name for name in order if name in args] + [n for n in args if n not in order]
+    properties = capability.input_schema.get("properties", {}) if capability else {}
+    names = [name for name in properties if name in args] + [n for n in args if n not in properties]
+    amounts = money_fields(capability)
     return [
         {
             "name": name,
             "label": label(capability, name),
-            "text": value_text(capability, name, args[name], args),
+            "text": value_text(capability, name, args[name], args, amounts),
         }
         for name in names
     ]

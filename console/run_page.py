@@ -12,17 +12,23 @@ from runs.models import Event, Run
 from toolcalls.models import ToolCall
 
 
-def for_people(progress: dict[str, Any], calls: list[ToolCall]) -> dict[str, Any]:
-    """The progress contract with each item's summary as a person reads it (money as money);
-    the agent's contract itself keeps the contract's words."""
+def for_people(
+    progress: dict[str, Any], calls: list[ToolCall], links: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """The progress contract with each item's summary as a person reads it (money as money),
+    and where its call's row is on the page (`links`, by call id); the agent's contract
+    itself keeps the contract's words."""
     by_id = {call.pk: call for call in calls}
+    links = links or {}
 
     def rewrite(item: dict[str, Any]) -> dict[str, Any]:
-        call = by_id.get(item["tool_call_id"])
+        call_id = item["tool_call_id"]
+        call = by_id.get(call_id)
+        href = links.get(call_id, f"#{call_id}")
         if call is None:
-            return item
+            return {**item, "href": href}
         text = formatting.summary_text(call.capability_id, call.args, item["summary"])
-        return {**item, "summary": text}
+        return {**item, "summary": text, "href": href}
 
     return {
         **progress,

@@ -28,8 +28,11 @@ def run_last_seq(*, run: Run) -> int:
     return last or 0
 
 
-def run_get(*, tenant: Tenant, run_id: str) -> Run:
-    run = Run.objects.filter(tenant=tenant, pk=run_id).first()
+def run_get(*, tenant: Tenant, run_id: str, with_agent: bool = False) -> Run:
+    """`with_agent`: with its API key and the key's person, in the same query (the run page
+    names them)."""
+    runs = Run.objects.select_related("api_key__principal") if with_agent else Run.objects
+    run = runs.filter(tenant=tenant, pk=run_id).first()
     if run is None:
         raise not_found("run", run_id)
     logcontext.bind(run_id=run.pk, correlation_id=run.correlation_id)  # for logs and spans

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from django.db.models import Q, QuerySet
+from django.db.models import Prefetch, Q, QuerySet, prefetch_related_objects
 
 from runs.errors import not_found
 from runs.models import Event, Run, Tenant
-from toolcalls.models import E, ToolCall, WebhookDelivery
+from toolcalls.models import Attempt, E, Receipt, ToolCall, WebhookDelivery
 
 
 def tool_call_get(*, tenant: Tenant, tool_call_id: str) -> ToolCall:
@@ -24,6 +24,59 @@ def run_tool_calls(*, run: Run) -> QuerySet[ToolCall]:
         .prefetch_related("attempts", "receipts", "depends_on")
         .order_by("id")
     )
+
+
+# What the run page and its progress contract read of each call: loading the whole row also
+# copies its JSON documents for `changed_fields`, which a page that writes nothing never uses.
+PAGE_FIELDS = (
+    "id",
+    "run_id",
+    "capability_id",
+    "intent",
+    "args",
+    "idempotency_key",
+    "execution_status",
+    "verification_status",
+    "external_id",
+    "last_error_name",
+)
+
+
+def run_tool_calls_for_page(*, run: Run) -> list[ToolCall]:
+    """The run's calls for its console page, oldest first. Only an authorized call waits on
+    its dependencies (toolcalls.progress), so only those have them read: the M2M prefetch
+    costs a query and its compilation even when it finds nothing."""
+    calls = list(ToolCall.objects.filter(run=run).only(*PAGE_FIELDS).order_by("id"))
+    authorized = [call for call in calls if call.execution_status == E.AUTHORIZED]
+    prefetch_related_objects(
+        authorized,
+        Prefetch("depends_on", queryset=ToolCall.objects.only("id", "verification_status")),
+    )
+    return calls
+
+
+def call_steps(*, calls: list[ToolCall]) -> dict[str, dict[str, list[tuple]]]:
+    """The attempts (number, classification, error) and receipts (external id, status,
+    source) of `calls`, by call id: two queries of plain values for the run page's table."""
+    ids = [call.pk for call in calls]
+    steps: dict[str, dict[str, list[tuple]]] = {pk: {"attempts": [], "receipts": []} for pk in ids}
+    if not ids:
+        return steps
+    attempts = (
+        Attempt.objects.filter(tool_call_id__in=ids)
+        .order_by("tool_call_id", "number")
+        .values_list("tool_call_id", "number", "classification", "error_name")
+    )
+    for call_id, *attempt in attempts:
+        steps[call_id]["attempts"].append(tuple(attempt))
+    receipts = (
+        Receipt.objects.filter(tool_call_id__in=ids)
+        .order_by("tool_call_id", "id")
+        .values_list("tool_call_id", "external_id", "status", "source")
+    )
+    for call_id, *receipt in receipts:
+        steps[call_id]["receipts"].append(tuple(receipt))
+    return steps
 
 
 def calls_effect_pending(

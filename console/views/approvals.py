@@ -61,29 +61,50 @@ def _page_number(text: str) -> int:
     return int(text) if text.isdigit() and 0 < int(text) < 10_000 else 1
 
 
-def _page_context(request: HttpRequest, approval: Approval, **extra: Any) -> dict[str, Any]:
+def _banner_context(request: HttpRequest, approval: Approval) -> dict[str, Any]:
+    """What the banner shows: all its poll (every 2 s per open page) needs to read."""
     call = approval.tool_call
-    capability = capabilities.get(call.capability_id)
     now = timezone.now()
     decisions = list(approval.decisions.select_related("user"))
-    # A refused preview comes back here (after a redirect) with what was typed and why not.
-    # (Not by the banner's poll, which would take it before the page shows it.)
-    refused_edit = {} if request.htmx else request.session.pop(f"edit-form:{approval.pk}", {})
+    invalidated = approval.state == Approval.State.INVALIDATED
     return {
         "approval": approval,
-        "summary": formatting.summary_text(capability, approval.args, approval.summary),
         "call": call,
-        "capability": capability,
+        "capability": capabilities.get(call.capability_id),
         "decisions": decisions,
-        "history": selectors.approval_history(approval=approval),
         "now": now,
         "can_decide": approval.can_be_decided_by(request.user, now),
         "announcement": announcement(approval, decisions, now),
+        # Only an invalidated approval names the one that replaced it.
         "replacement": call.approvals.filter(created_at__gt=approval.created_at)
         .order_by("-created_at")
-        .first(),
-        "already_approved_by_me": any(d.user_id == request.user.pk for d in decisions),
-        "next_approval": selectors.next_for(user=request.user, after=approval),
+        .first()
+        if invalidated
+        else None,
+    }
+
+
+def _page_context(request: HttpRequest, approval: Approval, **extra: Any) -> dict[str, Any]:
+    banner = _banner_context(request, approval)
+    call, capability, decisions, now = (
+        banner["call"],
+        banner["capability"],
+        banner["decisions"],
+        banner["now"],
+    )
+    # A refused preview comes back here (after a redirect) with what was typed and why not.
+    # (Not by the banner's poll, which would take it before the page shows it.)
+    refused_edit = {} if request.htmx else request.session.pop(f"edit-form:{approval.pk}", {})
+    mine = any(d.user_id == request.user.pk for d in decisions)
+    return {
+        **banner,
+        "summary": formatting.summary_text(capability, approval.args, approval.summary),
+        "history": selectors.approval_history(approval=approval),
+        "already_approved_by_me": mine,
+        # The link shows only to someone with nothing left to do here.
+        "next_approval": selectors.next_for(user=request.user, after=approval)
+        if mine or not banner["can_decide"]
+        else None,
         "arguments": formatting.argument_rows(capability, approval.args),
         "why": page.why_asked(approval, capability),
         "decided": page.edits_made(decisions, capability, approval.args),
@@ -109,14 +130,14 @@ def _get(request: HttpRequest, approval_id: str) -> Approval:
 @tenant_member_required
 def detail(request: HttpRequest, approval_id: str) -> HttpResponse:
     approval = _get(request, approval_id)
-    context = _page_context(request, approval)
     if request.htmx:
+        context = _banner_context(request, approval)
         response = render(request, "approvals/detail.html#approval-banner", context)
         # Stop polling once nothing about this approval can change.
         if not approval.is_open and approval.tool_call.is_settled:
             response.status_code = 286
         return response
-    return render(request, "approvals/detail.html", context)
+    return render(request, "approvals/detail.html", _page_context(request, approval))
 
 
 def announcement(approval: Approval, decisions: list, now: datetime) -> str:

@@ -10,14 +10,14 @@ from django.shortcuts import render
 from django.utils import timezone
 from django.utils.timesince import timesince
 
-from console import run_page
+from console import run_page, run_rows
 from memory.feedback import run_feedback
 from runs import selectors
 from runs.errors import DomainError
 from runs.models import Run
 from runs.permissions import tenant_member_required
 from toolcalls.progress import progress
-from toolcalls.selectors import run_tool_calls
+from toolcalls.selectors import call_steps, run_tool_calls_for_page
 
 RUNS_PER_PAGE = 50
 # Events of the timeline on one page: a long run's page shows its latest, with a link to the
@@ -49,7 +49,7 @@ def run_list(request: HttpRequest) -> HttpResponse:
 @tenant_member_required
 def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
     try:
-        run = selectors.run_get(tenant=request.user.tenant, run_id=run_id)
+        run = selectors.run_get(tenant=request.user.tenant, run_id=run_id, with_agent=True)
     except DomainError as exc:
         raise Http404(exc.message) from exc
     # Every change of a run or its calls appends an event, so the last sequence number says
@@ -60,20 +60,30 @@ def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
     if request.htmx and request.GET.get("seen") == str(last_seq):
         return HttpResponse(status=204)
     window = selectors.run_events_window(run=run, size=TIMELINE_WINDOW, before=before)
-    tool_calls = list(run_tool_calls(run=run))
-    contract = run_page.for_people(progress(run, tool_calls), tool_calls)
+    tool_calls = run_tool_calls_for_page(run=run)
+    calls_page = run_rows.calls_page(tool_calls, request.GET.get("calls", ""))
+    links = run_rows.call_links(tool_calls, calls_page)
+    contract = run_page.for_people(progress(run, tool_calls), tool_calls, links)
     context = {
         "last_seq": last_seq,
         "run": run,
         # Keep refreshing while anything can still change, even after the run closed.
         "live": run.is_open or not all(call.is_settled for call in tool_calls),
-        "timeline": run_page.grouped_timeline(window),
+        "timeline": run_rows.timeline_rows(run_page.grouped_timeline(window), links),
         # Sequence numbers run 1, 2, 3 … per run: the first shown says how many came before.
         "earlier": window[0].seq - 1 if window else 0,
         "before": before,
         "shown": len(window),
         "decisions": selectors.run_decisions(run=run),
         "tool_calls": tool_calls,
+        "calls_page": calls_page,
+        # The poll keeps the page of calls someone chose; without one it follows the latest.
+        "calls_asked": calls_page.number if request.GET.get("calls") else None,
+        "call_rows": run_rows.call_rows(
+            calls_page.calls,
+            call_steps(calls=calls_page.calls),
+            desk_links=request.user.is_tenant_admin,
+        ),
         "progress": contract,
         "next_step": run_page.next_step_for_people(run, contract),
         "duration_text": timesince(

@@ -46,6 +46,9 @@ class Command(BaseCommand):
         parser.add_argument("--repeat", type=int, default=20, help="requests per page")
         parser.add_argument("--measure-only", action="store_true", help="seed nothing")
         parser.add_argument(
+            "--profile", metavar="PAGE", help="profile one page (e.g. 'run page'), seed nothing"
+        )
+        parser.add_argument(
             "--add-data", action="store_true", help="seed even if the database holds runs"
         )
         parser.add_argument("--inner", choices=["seed", "measure"], help="(internal)")
@@ -75,7 +78,7 @@ class Command(BaseCommand):
         }
         self._run(["migrate", "--noinput", "-v", "0"], env)
         runs = _count_runs(target)
-        if not options["measure_only"]:
+        if not options["measure_only"] and not options["profile"]:
             if runs and not options["add_data"]:
                 raise CommandError(
                     f"The database {name} already holds {runs} runs: pass --measure-only to "
@@ -91,6 +94,7 @@ class Command(BaseCommand):
                 "measure",
                 "--repeat",
                 str(options["repeat"]),
+                *(["--profile", options["profile"]] if options["profile"] else []),
             ],
             env,
         )
@@ -133,7 +137,7 @@ class Command(BaseCommand):
         if options["inner"] == "seed":
             self._inner_seed(json.loads(Path(options["inner_file"]).read_text()))
         else:
-            self._inner_measure(options["repeat"])
+            self._inner_measure(options["repeat"], options["profile"])
 
     def _inner_seed(self, spec: dict[str, int]) -> None:
         from bench import pages_seed
@@ -155,8 +159,8 @@ class Command(BaseCommand):
         _analyze()
         self.stdout.write(f"seeded in {time.monotonic() - started:.0f} s: {pages_seed.counts()}")
 
-    def _inner_measure(self, repeat: int) -> None:
-        from bench import pages_measure, pages_seed
+    def _inner_measure(self, repeat: int, profile: str | None) -> None:
+        from bench import pages_measure, pages_profile, pages_seed
         from runs.models import User
 
         self.stdout.write(f"data: {pages_seed.counts()}")
@@ -164,6 +168,9 @@ class Command(BaseCommand):
         admin = User.objects.filter(username="olivia").first()
         if admin is None:
             raise CommandError("no bench admin (olivia) in this database: seed it first.")
+        if profile:
+            pages_profile.profile_page(admin, profile, repeat, self.stdout.write)
+            return
         pages_measure.measure_all(admin, repeat, self.stdout.write)
 
 
