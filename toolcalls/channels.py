@@ -21,6 +21,7 @@ from approvals import notifications
 from approvals.models import Approval
 from runs.errors import DomainError, not_found
 from runs.models import Event, Run, Tenant, User
+from runs.money import summary_text
 from toolcalls import capabilities, errors, webhooks
 from toolcalls.envelope import tool_call_out
 from toolcalls.models import ToolCall
@@ -83,7 +84,7 @@ def _approval_event(approval: Approval, call: ToolCall, event_type: str, headlin
         },
         message=lambda: chat_message(
             headline=headline,
-            summary=approval.summary,
+            summary=summary_text(approval.summary, approval.args),
             facts=_approval_facts(approval),
             link=link,
             label="Open the approval to decide",
@@ -110,9 +111,9 @@ notifications.on_escalation(approval_escalated)
 
 def _summary(call: ToolCall) -> str:
     capability = capabilities.get(call.capability_id)
-    return (
-        capability.summary(call.args) if capability else f"{call.capability_id} {call.object_ref}"
-    )
+    if capability is None:
+        return f"{call.capability_id} {call.object_ref}"
+    return summary_text(capability.summary(call.args), call.args)
 
 
 def desk_item_added(call: ToolCall, *, event_id: str, reason: str = "") -> None:
