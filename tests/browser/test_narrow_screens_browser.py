@@ -9,7 +9,7 @@ from playwright.sync_api import Browser, Page, expect
 
 from approvals.policy_edits import PolicyDraft, policy_publish
 from console.views.approval_edit import Preview
-from runs.models import Run, Tenant, User
+from runs.models import ApiKey, Run, Tenant, User
 from runs.services import api_key_issue
 from tests.browser.conftest import log_in
 from tests.helpers import BIG_REFUND, PASSWORD, ApiClient, approval_of, propose, propose_in
@@ -180,5 +180,9 @@ def test_todays_pages_do_not_scroll_sideways_at_390_px(
     page.get_by_role("button", name="Issue key").click()
     expect(page.locator("#issued-key")).to_be_visible()
     check("people with a key issued")
+    # Refreshing the page the issue redirected to issues no second key and hides the token.
+    page.reload()
+    expect(page.locator("#issued-key")).to_have_count(0)
+    assert ApiKey.objects.filter(name="a-second-agent-with-a-long-name").count() == 1
     context.close()
     assert wide == {}
