@@ -124,6 +124,8 @@ def todays_pages(agent: ApiClient, admin_user: User, tenant: Tenant, sandbox) ->
         "edit": f"/policies/{REFUND}/edit/",
         "channels": "/channels/",
         "people": "/people/",
+        # The policy published and the key issued above, as admin events among run events.
+        "audit": "/audit/",
     }
 
 
@@ -151,6 +153,9 @@ def test_todays_pages_do_not_scroll_sideways_at_390_px(
     for name, path in todays_pages.items():
         page.goto(f"{live_server.url}{path}")
         check(name)
+        if name == "audit":
+            published = page.locator("tr.admin-event", has_text="policy.published")
+            expect(published).to_be_visible()
     # The approval page with its context fragment loaded (it comes after the page).
     page.goto(f"{live_server.url}{todays_pages['approval']}")
     expect(page.locator("#object-context:not([aria-busy])")).to_be_visible(timeout=15_000)
