@@ -38,6 +38,7 @@ from approvals.models import Approval, Notification
 from approvals.services import approval_ids
 from runs import events, outbox
 from runs.models import User
+from runs.money import summary_text
 
 log = logging.getLogger(__name__)
 
@@ -95,8 +96,10 @@ def _mail(notification: Notification) -> None:
     link = settings.COUNTERSIGN_BASE_URL.rstrip("/") + reverse(
         "approvals:detail", args=[approval.pk]
     )
+    # The stored summary writes amounts as the contract does ("1200.00 USD"); people read money.
+    summary = summary_text(approval.summary, approval.args)
     body = (
-        f"{approval.summary}\n\nRisk: {approval.risk}. Rule: {approval.rule_name} "
+        f"{summary}\n\nRisk: {approval.risk}. Rule: {approval.rule_name} "
         f"(policy v{approval.policy_version}). Expires {approval.expires_at:%Y-%m-%d %H:%M} UTC."
         f"\n\nDecide here: {link}\n"
     )
@@ -125,7 +128,7 @@ def approval_notify_approvers(*, approval_id: str) -> str:
             .order_by("username")
             .values_list("email", flat=True)
         )
-        subject = f"Approval needed: {approval.summary}"
+        subject = f"Approval needed: {summary_text(approval.summary, approval.args)}"
         _create(approval, send_key, Notification.Kind.APPROVERS, recipients, subject)
     return notification_send(send_key=send_key)
 

@@ -1,5 +1,11 @@
 """The audit trail: a tenant's events found by any id, a person, a type or a time range, and
-exported as JSON Lines. Reads only; every read takes the tenant first."""
+exported as JSON Lines. Reads only; every read takes the tenant first.
+
+Admin events (a policy published, a role changed, a key issued or revoked: their own table,
+runs/admin_event_models.py) are listed among the run events, newest first, by the same
+filters. Pages and export chunks are cut by the run events' keyset cursor; each admin event
+goes with the page whose time span holds it (`with_admin_events`), so none is shown twice or
+skipped, and the cursor stays the run events' own."""
 
 from __future__ import annotations
 
@@ -14,7 +20,7 @@ from django.db.models.expressions import RawSQL
 from django.db.models.functions import Upper
 from django.utils import timezone
 
-from runs.models import Event, Tenant
+from runs.models import AdminEvent, Event, Tenant
 
 # The ids an event carries in its own columns (DESIGN section 1), then those its payload names:
 # a support person may hold only the refund id the payment system gave the customer.
@@ -32,6 +38,11 @@ ID_FIELDS = (
 PAYLOAD_ID_KEYS = ("attempt_id", "receipt_id", "external_id")
 # What an actor names before its colon (runs/models.py, Event.actor).
 ACTOR_KINDS = ("USER", "API_KEY", "SYSTEM")
+
+# What an admin event's subject names before its colon (runs/admin_event_models.py).
+SUBJECT_KINDS = ("policy", "user", "api_key")
+# At most this many admin events with one page (their whole table when no run event matches).
+ADMIN_ROWS = 500
 
 # Rows an export reads at a time (its first read is smaller).
 EXPORT_CHUNK_SIZE = 2000
@@ -134,6 +145,43 @@ def audit_events(*, tenant: Tenant, query: AuditQuery) -> QuerySet[Event]:
     return events.order_by("-occurred_at", "-run_id", "-seq")
 
 
+def audit_admin_events(*, tenant: Tenant, query: AuditQuery) -> QuerySet[AdminEvent]:
+    """The tenant's admin events that match the query's id, person, type and time range:
+    an id is the event's own or what it changed ("key_…", "alice", a capability)."""
+    admin = AdminEvent.objects.filter(tenant=tenant)
+    if query.any_id:
+        subjects = [query.any_id, *(f"{kind}:{query.any_id}" for kind in SUBJECT_KINDS)]
+        admin = admin.filter(Q(id=query.any_id) | Q(subject__in=subjects))
+    if query.person:
+        person = query.person.upper()
+        actors = [person, *(f"{kind}:{person}" for kind in ACTOR_KINDS)]
+        admin = admin.alias(actor_upper=Upper("actor")).filter(actor_upper__in=actors)
+    if query.event_type:
+        prefix = query.event_type.rstrip(".*") + "."
+        admin = admin.filter(Q(event_type=query.event_type) | Q(event_type__startswith=prefix))
+    if query.occurred_from:
+        admin = admin.filter(occurred_at__gte=query.occurred_from)
+    if query.occurred_to:
+        admin = admin.filter(occurred_at__lte=query.occurred_to)
+    return admin.order_by("-occurred_at", "-id")
+
+
+def with_admin_events(
+    *, tenant: Tenant, query: AuditQuery, events: list[Event], last_page: bool
+) -> list[Event | AdminEvent]:
+    """A page of run events with the admin events of its time span, newest first. The span
+    runs from the page before's last event (exclusive) down to this page's last event, or
+    to the beginning on the last page: consecutive pages' spans meet without overlapping."""
+    admin = audit_admin_events(tenant=tenant, query=query)
+    if query.before is not None:
+        admin = admin.filter(occurred_at__lt=query.before[0])
+    if events and not last_page:
+        admin = admin.filter(occurred_at__gte=events[-1].occurred_at)
+    rows: list[Event | AdminEvent] = [*events, *admin[:ADMIN_ROWS]]
+    # A stable sort: run events keep their (run, seq) order within the same instant.
+    return sorted(rows, key=lambda row: row.occurred_at, reverse=True)
+
+
 def cursor_of(event: Event) -> str:
     """Where the next (older) page starts: after this event, in the audit's order."""
     return f"{_iso(event.occurred_at)}~{event.run_id}~{event.seq}"
@@ -161,6 +209,16 @@ def event_record(event: Event) -> dict[str, Any]:
     return record
 
 
+def admin_event_record(event: AdminEvent) -> dict[str, Any]:
+    """Every stored field of an admin event, under its column name, and `"log": "admin"`:
+    these lines have no run, and name what changed in `subject`."""
+    record: dict[str, Any] = {"log": "admin"}
+    for field in AdminEvent._meta.concrete_fields:
+        value = getattr(event, field.attname)
+        record[field.attname] = _iso(value) if isinstance(value, datetime) else value
+    return record
+
+
 def audit_jsonl(*, tenant: Tenant, query: AuditQuery) -> Iterator[str]:
     """One JSON object per line, read a chunk at a time with the page's keyset cursor: memory
     stays constant, the first line comes after one short query, and no transaction or cursor
@@ -170,9 +228,13 @@ def audit_jsonl(*, tenant: Tenant, query: AuditQuery) -> Iterator[str]:
     size = min(EXPORT_FIRST_CHUNK, EXPORT_CHUNK_SIZE)
     while True:
         chunk = list(audit_events(tenant=tenant, query=query)[:size])
-        for event in chunk:
-            yield json.dumps(event_record(event), ensure_ascii=False, separators=(",", ":")) + "\n"
-        if len(chunk) < size:
+        last_chunk = len(chunk) < size
+        for row in with_admin_events(
+            tenant=tenant, query=query, events=chunk, last_page=last_chunk
+        ):
+            record = admin_event_record(row) if isinstance(row, AdminEvent) else event_record(row)
+            yield json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n"
+        if last_chunk:
             return
         size = min(size * 4, EXPORT_CHUNK_SIZE)
         last = chunk[-1]

@@ -1,31 +1,19 @@
 """How the console writes arguments for people: labels from the capability's schema titles,
-amounts in cents as money of their currency ("$1,200.00", not "amount_cents 25000")."""
+amounts in cents as money of their currency ("$1,200.00", not "amount_cents 25000"; the
+money itself is written by runs/money.py, which the e-mails and chat messages share)."""
 
 from __future__ import annotations
 
-from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from runs.money import (  # noqa: F401 - the console's names for them
+    cents_to_major_units,
+    major_units_to_cents,
+    money,
+)
+from runs.money import summary_text as money_summary_text
 from toolcalls import capabilities
 from toolcalls.capabilities import Capability
-
-SYMBOLS = {"USD": "$", "EUR": "€", "GBP": "£", "JPY": "¥", "CAD": "CA$", "AUD": "A$"}
-# Currencies without minor units: their "cents" are whole units.
-NO_MINOR_UNITS = {"JPY", "KRW"}
-
-
-def money(cents: Any, currency: str | None) -> str:
-    """An amount in minor units of `currency`, with its symbol and two decimals."""
-    if not isinstance(cents, int) or isinstance(cents, bool):
-        return str(cents)
-    code = (currency or "").upper()
-    sign = "-" if cents < 0 else ""
-    if code in NO_MINOR_UNITS:
-        number = f"{abs(cents):,}"
-    else:
-        number = f"{abs(cents) // 100:,}.{abs(cents) % 100:02d}"
-    symbol = SYMBOLS.get(code)
-    return f"{sign}{symbol}{number}" if symbol else f"{sign}{number} {code}".strip()
 
 
 def money_fields(capability: Capability | None) -> dict[str, str]:
@@ -95,49 +83,10 @@ def diff_rows(
     ]
 
 
-def major_units_to_cents(text: str, currency: str | None) -> int:
-    """ "1,200.50" typed in dollars → 120050 cents. Raises ValueError for anything that is not
-    a plain amount with at most the currency's decimals."""
-    cleaned = text.strip().replace(",", "")
-    for symbol in SYMBOLS.values():
-        cleaned = cleaned.removeprefix(symbol)
-    if not cleaned or not all(c.isascii() and (c.isdigit() or c == ".") for c in cleaned):
-        raise ValueError("an amount in digits, such as 1200 or 1200.50")
-    try:
-        amount = Decimal(cleaned)
-    except InvalidOperation as exc:
-        raise ValueError("an amount in digits, such as 1200 or 1200.50") from exc
-    places = 0 if (currency or "").upper() in NO_MINOR_UNITS else 2
-    cents = amount.scaleb(places)
-    if cents != cents.to_integral_value():
-        raise ValueError(f"at most {places} decimals")
-    if cents > 2**53 - 1:
-        raise ValueError("too large")
-    return int(cents)
-
-
-def cents_to_major_units(cents: Any, currency: str | None) -> str:
-    """The value a money input shows: 25000 → "250.00"."""
-    if not isinstance(cents, int) or isinstance(cents, bool):
-        return ""
-    if (currency or "").upper() in NO_MINOR_UNITS:
-        return str(cents)
-    return f"{cents // 100}.{cents % 100:02d}" if cents >= 0 else str(Decimal(cents) / 100)
-
-
 def summary_text(capability: Capability | str | None, args: dict[str, Any], stored: str) -> str:
     """The summary a person reads: the stored one (it is hashed into events, so it stays as
     the contract wrote it), with each amount the contract writes as "1200.00 USD" shown as
-    money, "$1,200.00". Anything it cannot match stays as stored."""
+    money, "$1,200.00" (runs/money.py, which the e-mails and chat messages use too)."""
     if isinstance(capability, str):
         capability = capabilities.get(capability)
-    if not isinstance(args, dict):
-        return stored
-    text = stored
-    for name, currency_field in money_fields(capability).items():
-        cents, currency = args.get(name), args.get(currency_field)
-        if not isinstance(cents, int) or isinstance(cents, bool) or not isinstance(currency, str):
-            continue
-        written = f"{cents / 100:.2f} {currency.upper()}"
-        text = text.replace(written, money(cents, currency))
-    return text
+    return money_summary_text(stored, args, money_fields(capability))

@@ -59,7 +59,10 @@ def money(cents: Any, currency: str | None) -> str:
         return repr(cents)
     if currency and isinstance(cents, int):
         return formatting.money(cents, currency)
-    number = f"-{abs(cents) / 100:,.2f}" if cents < 0 else f"{cents / 100:,.2f}"
+    if isinstance(cents, int):
+        number = formatting.money(cents, None)  # no currency: the bare number, "200.00"
+    else:
+        number = f"-{abs(cents) / 100:,.2f}" if cents < 0 else f"{cents / 100:,.2f}"
     return f"{number} (in the call's currency)"
 
 

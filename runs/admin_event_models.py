@@ -7,6 +7,7 @@ from __future__ import annotations
 from functools import partial
 
 from django.db import models
+from django.utils import timezone
 
 from runs.ids import new_id
 
@@ -14,7 +15,12 @@ from runs.ids import new_id
 class AdminEvent(models.Model):
     """One typed fact about a tenant's administration. The event log (`Event`) is per run and
     hash-chained per run; these belong to no run, so they have their own append-only table,
-    with the same schema registry (runs/events.py) checking each payload."""
+    with the same schema registry (runs/events.py) checking each payload, and their own hash
+    chain per tenant (`seq`, `prev_hash`, `hash`; runs/admin_events.py).
+
+    Not in a run's chain: a policy published or a key revoked is no step of any run. Chained
+    into one, it would sit in whichever run happened to be current, vanish from the chain
+    an archived run keeps, and make every admin change wait on a run's row lock."""
 
     id = models.CharField(
         primary_key=True, max_length=40, default=partial(new_id, "adm"), editable=False
@@ -27,11 +33,26 @@ class AdminEvent(models.Model):
     # What changed, as "policy:<capability>", "user:<username>" or "api_key:<id>".
     subject = models.CharField(max_length=200)
     payload = models.JSONField()
-    occurred_at = models.DateTimeField(auto_now_add=True)
+    # Set before the row is hashed (runs/admin_events.py), so not auto_now_add, which would
+    # overwrite it at save.
+    occurred_at = models.DateTimeField(default=timezone.now)
+    # The tenant's admin chain: 1, 2, 3… and the hash of the one before (GENESIS_HASH first).
+    seq = models.PositiveIntegerField()
+    prev_hash = models.CharField(max_length=64)
+    hash = models.CharField(max_length=64)
 
     class Meta:
         ordering = ["-occurred_at", "-id"]
-        indexes = [models.Index(fields=["tenant", "subject"], name="adminevent_subject")]
+        indexes = [
+            models.Index(fields=["tenant", "subject"], name="adminevent_subject"),
+            models.Index(fields=["tenant", "occurred_at"], name="adminevent_tenant_time"),
+        ]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "seq"], name="adminevent_unique_seq")
+        ]
+
+    # The audit page lists these among run events (console/audit.py): how its rows tell.
+    is_admin_event = True
 
     def __str__(self) -> str:
         return f"{self.event_type} {self.subject} by {self.actor}"

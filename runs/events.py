@@ -91,7 +91,7 @@ def upcast(event_type: str, version: int, payload: dict[str, Any]) -> tuple[int,
     return version, payload
 
 
-def _iso(moment: datetime) -> str:
+def iso(moment: datetime) -> str:
     return moment.astimezone(UTC).isoformat(timespec="microseconds")
 
 
@@ -113,8 +113,8 @@ def compute_hash(event: Event) -> str:
         "approval_id": event.approval_id,
         "correlation_id": event.correlation_id,
         "causation_id": event.causation_id,
-        "occurred_at": _iso(event.occurred_at),
-        "recorded_at": _iso(event.recorded_at),
+        "occurred_at": iso(event.occurred_at),
+        "recorded_at": iso(event.recorded_at),
         "payload": event.payload,
         "prev_hash": event.prev_hash,
     }

@@ -302,6 +302,11 @@ class Event(models.Model):
             ),
         ]
 
+    # The audit page lists run events and admin events together (console/audit.py). Said on
+    # both: a template's look-up of a missing attribute raises and catches several
+    # exceptions per row before it gives up.
+    is_admin_event = False
+
     def __str__(self) -> str:
         return f"{self.run_id}#{self.seq} {self.event_type}"
 

@@ -71,7 +71,9 @@ def test_a_key_is_issued_with_its_secret_shown_once_and_it_works(
             "expires_in_days": "30",
         },
     )
-    assert response.status_code == 201
+    # Post/Redirect/Get: the token is on the page the redirect leads to, once.
+    assert (response.status_code, response["Location"]) == (302, "/people/")
+    response = admin.get("/people/")
     assert "no-cache" in response["Cache-Control"] or "no-store" in response["Cache-Control"]
     key = ApiKey.objects.get(name="refund bot")
     page = response.content.decode()
@@ -87,6 +89,22 @@ def test_a_key_is_issued_with_its_secret_shown_once_and_it_works(
     key.refresh_from_db()
     assert key.last_used_at is not None
     assert key.last_used_at.strftime("%Y-%m-%d %H:%M") in admin.get("/people/").content.decode()
+
+
+def test_refreshing_after_issuing_a_key_issues_no_second_key_and_hides_the_token(
+    admin: Client,
+) -> None:
+    """What a browser does: the POST answered with a redirect, the person presses refresh on
+    the page it led to (a GET), then again."""
+    form = {"name": "bot", "scopes": "orders.read"}
+    issued = admin.post("/people/keys/issue/", form, follow=True)
+    page = issued.content.decode()
+    assert issued.redirect_chain == [("/people/", 302)]
+    token = page.split('<code id="issued-token">')[1].split("</code>")[0]
+    refreshed = admin.get(issued.request["PATH_INFO"]).content.decode()
+    assert ApiKey.objects.filter(name="bot").count() == 1
+    assert token not in refreshed and 'id="issued-token"' not in refreshed
+    assert AdminEvent.objects.filter(event_type="api_key.issued").count() == 1
 
 
 def test_a_scope_that_names_nothing_is_refused_and_what_was_typed_stays(admin: Client) -> None:

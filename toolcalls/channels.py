@@ -1,5 +1,6 @@
 """Chat channels: a tenant's Slack-compatible incoming webhooks hear about what people are
-asked to look at — a new approval, an escalation, a call handed to a person on the desk.
+asked to look at — a new approval, an escalation, a call handed to a person on the desk, a
+call whose outcome is still unknown past its consistency window.
 
 A channel is a `Webhook` of kind `slack`; its deliveries are ordinary webhook deliveries
 (written with their outbox message in the transaction of the change, retried with backoff,
@@ -12,6 +13,7 @@ the stale-form and quorum rules hold.
 from __future__ import annotations
 
 import logging
+from datetime import datetime
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -21,10 +23,11 @@ from approvals import notifications
 from approvals.models import Approval
 from runs.errors import DomainError, not_found
 from runs.models import Event, Run, Tenant, User
+from runs.money import summary_text
 from toolcalls import capabilities, errors, webhooks
 from toolcalls.envelope import tool_call_out
 from toolcalls.models import ToolCall
-from toolcalls.webhook_models import Webhook
+from toolcalls.webhook_models import Webhook, WebhookDelivery
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +86,7 @@ def _approval_event(approval: Approval, call: ToolCall, event_type: str, headlin
         },
         message=lambda: chat_message(
             headline=headline,
-            summary=approval.summary,
+            summary=summary_text(approval.summary, approval.args),
             facts=_approval_facts(approval),
             link=link,
             label="Open the approval to decide",
@@ -110,9 +113,9 @@ notifications.on_escalation(approval_escalated)
 
 def _summary(call: ToolCall) -> str:
     capability = capabilities.get(call.capability_id)
-    return (
-        capability.summary(call.args) if capability else f"{call.capability_id} {call.object_ref}"
-    )
+    if capability is None:
+        return f"{call.capability_id} {call.object_ref}"
+    return summary_text(capability.summary(call.args), call.args)
 
 
 def desk_item_added(call: ToolCall, *, event_id: str, reason: str = "") -> None:
@@ -129,6 +132,47 @@ def desk_item_added(call: ToolCall, *, event_id: str, reason: str = "") -> None:
             headline="A call needs a person on the unknowns desk",
             summary=_summary(call),
             facts=[f"Why: {why}", f"Run {call.run_id}, call {call.pk}"],
+            link=link,
+            label="Open the desk item",
+        ),
+        tool_call_id=call.pk,
+        run_id=call.run_id,
+    )
+
+
+def call_still_unknown(call: ToolCall, *, event_id: str, since: datetime, problem: str) -> None:
+    """A call's outcome is still unknown past its consistency window because its look-ups
+    fail (the system unreachable or erring): the refund may have gone through, or not, and
+    nothing will settle it until the system answers. Operators hear of it once per call, at
+    the first such look-up (toolcalls/reconcile.py, in its transaction, with the call
+    locked), not at every retry and not for calls the next look-up settles within seconds;
+    if look-ups run out, the hand-over to a person posts `desk.item_added` as well."""
+    event_type = EventType.TOOL_CALL_STILL_UNKNOWN
+    wanted = [
+        hook.pk
+        for hook in Webhook.objects.filter(tenant_id=call.tenant_id, active=True)
+        if event_type in hook.event_types
+    ]
+    already = WebhookDelivery.objects.filter(
+        webhook_id__in=wanted, tool_call_id=call.pk, event_type=event_type
+    )
+    if not wanted or already.exists():
+        return
+    link = page_link("desk:item", call.pk)
+    facts = [
+        f"Unknown since {since:%Y-%m-%d %H:%M:%S} UTC; look-up {call.lookups} failed: {problem}",
+        "Not sent again until a look-up answers; a person gets it if look-ups run out",
+        f"Run {call.run_id}, call {call.pk}",
+    ]
+    webhooks.webhooks_enqueue(
+        tenant_id=call.tenant_id,
+        event_type=event_type,
+        event_id=event_id,
+        data=lambda: {"url": link, "problem": problem, "tool_call": tool_call_out(call)},
+        message=lambda: chat_message(
+            headline="A call's outcome is still unknown",
+            summary=_summary(call),
+            facts=facts,
             link=link,
             label="Open the desk item",
         ),
@@ -197,6 +241,7 @@ def describe(event_types: list[str]) -> str:
         EventType.APPROVAL_REQUESTED: "new approvals",
         EventType.APPROVAL_ESCALATED: "escalations",
         EventType.DESK_ITEM_ADDED: "desk items",
+        EventType.TOOL_CALL_STILL_UNKNOWN: "calls still unknown past their consistency window",
         EventType.APPROVAL_DECIDED: "decided approvals",
         EventType.TOOL_CALL_TERMINAL: "finished calls",
     }

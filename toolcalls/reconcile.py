@@ -12,7 +12,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from runs import outbox
-from toolcalls import connectors, errors, gate, lifecycle
+from toolcalls import channels, connectors, errors, gate, lifecycle
 from toolcalls.capabilities import Capability
 from toolcalls.dispatch import tool_call_accept
 from toolcalls.models import E, Receipt, ToolCall
@@ -83,7 +83,7 @@ def _apply_lookup(
     sent_at = (last_attempt.ended_at or last_attempt.started_at) if last_attempt else now
     elapsed = (now - sent_at).total_seconds()
     within_window = elapsed < capability.consistency_window
-    tool_call_event(
+    looked_up = tool_call_event(
         call,
         "tool_call.looked_up",
         {
@@ -108,6 +108,11 @@ def _apply_lookup(
         lifecycle.run_resume_if_unblocked(run_id=call.run_id, actor=SYSTEM, producer="reconciler")
         return
     _after_a_miss(call, capability, error_name, elapsed, within_window)
+    if error_name and not within_window and call.execution_status == E.RESULT_UNKNOWN:
+        # Unknown past the window and the look-up proved nothing: tell the channels, once.
+        channels.call_still_unknown(
+            call, event_id=looked_up.pk, since=sent_at, problem=f"{error_name}: {message}"
+        )
 
 
 def _after_a_miss(

@@ -38,12 +38,16 @@ class Webhook(models.Model):
         APPROVAL_REQUESTED = "approval.requested"
         APPROVAL_ESCALATED = "approval.escalated"
         DESK_ITEM_ADDED = "desk.item_added"
+        # A call's outcome unknown past its consistency window, look-ups failing: money may
+        # have moved and nobody knows yet (toolcalls/channels.py, once per call).
+        TOOL_CALL_STILL_UNKNOWN = "tool_call.still_unknown"
 
     # The events a chat message exists for (toolcalls/channels.py writes one for each).
     CHAT_EVENT_TYPES = (
         EventType.APPROVAL_REQUESTED,
         EventType.APPROVAL_ESCALATED,
         EventType.DESK_ITEM_ADDED,
+        EventType.TOOL_CALL_STILL_UNKNOWN,
     )
 
     id = models.CharField(

@@ -9,10 +9,9 @@ from datetime import UTC, datetime, timedelta
 from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect
-from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
-from console.views.people import people_page
+from console.views.people import ISSUED_KEY, people_page
 from runs.errors import DomainError
 from runs.models import ApiKey, User
 from runs.permissions import tenant_admin_required
@@ -43,12 +42,14 @@ def _expiry(days: str) -> datetime | None:
     return datetime.now(UTC) + timedelta(days=int(days))
 
 
-@never_cache
 @require_POST
 @tenant_admin_required
 def issue_key(request: HttpRequest) -> HttpResponse:
-    """Issue a key and show its token on this answer only: it is never stored or shown again
-    (no redirect, so it is in no cookie or session either; the answer is not cached)."""
+    """Issue a key, then redirect to the people page, which shows its token once.
+
+    Post/Redirect/Get: answering the POST with the token made a refresh post again and issue
+    a second key. The token waits in the server-side session (the cookie holds only the
+    session's id) until that GET pops it; it is never stored anywhere else or shown again."""
     tenant = request.user.tenant
     name = request.POST.get("name", "").strip()
     scopes = [s.strip() for s in request.POST.get("scopes", "").split(",") if s.strip()]
@@ -70,7 +71,8 @@ def issue_key(request: HttpRequest) -> HttpResponse:
     except (ValueError, DomainError) as exc:
         message = exc.message if isinstance(exc, DomainError) else str(exc)
         return people_page(request, key_problem=message, typed=request.POST, status=422)
-    return people_page(request, issued=(key, token), status=201)
+    request.session[ISSUED_KEY] = {"id": key.pk, "token": token}
+    return redirect("people:list")
 
 
 @require_POST

@@ -37,6 +37,10 @@ def audit_search(request: HttpRequest) -> HttpResponse:
     rows = list(events[: AUDIT_PAGE_SIZE + 1])
     shown = rows[:AUDIT_PAGE_SIZE]
     older = audit.cursor_of(shown[-1]) if len(rows) > AUDIT_PAGE_SIZE else ""
+    if not errors:
+        shown = audit.with_admin_events(
+            tenant=request.user.tenant, query=query, events=shown, last_page=not older
+        )
     context = {"events": shown, "older": older, "errors": errors, "paged": bool(query.before)}
     return render(request, "runs/audit.html", context)
 

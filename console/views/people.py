@@ -10,6 +10,7 @@ from django.contrib import messages
 from django.contrib.auth import views as auth_views
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
 from runs import lockout
@@ -33,10 +34,21 @@ class LoginView(auth_views.LoginView):
 RECENT_CHANGES = 20
 
 
+# Where a newly issued key waits for the one GET that shows its token (console/views/access.py).
+ISSUED_KEY = "issued_key"
+
+
+@never_cache
 @require_GET
 @tenant_admin_required
 def people_list(request: HttpRequest) -> HttpResponse:
-    return people_page(request)
+    """The page; right after a key is issued, with its token, this once: popped from the
+    session, so a refresh (or going back) never shows it again."""
+    issued = request.session.pop(ISSUED_KEY, None)
+    key = issued and ApiKey.objects.filter(tenant=request.user.tenant, pk=issued["id"]).first()
+    if key is None:
+        return people_page(request)
+    return people_page(request, issued=(key, issued["token"]))
 
 
 def people_page(request: HttpRequest, status: int = 200, **extra: Any) -> HttpResponse:

@@ -49,7 +49,11 @@ def test_approvers_are_emailed_a_link_once(
     (message,) = mail.outbox
     assert sorted(message.to) == addresses
     assert f"/approvals/{approval.pk}/" in message.body
-    assert "Refund 250.00 USD on order order-003" in message.subject
+    # Money as the console shows it, in the subject and the body (the stored summary keeps
+    # "250.00 USD": it is hashed into events).
+    assert "Refund $250.00 on order order-003" in message.subject
+    assert message.body.startswith("Refund $250.00 on order order-003")
+    assert "250.00 USD" not in message.subject + message.body
     assert notify_message(approval).done_at is not None
     # Redis delivers the same message again: nobody is mailed twice.
     app.tasks["approvals.notify"](approval.pk, outbox_id=notify_message(approval).pk)

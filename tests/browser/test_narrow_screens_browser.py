@@ -9,7 +9,7 @@ from playwright.sync_api import Browser, Page, expect
 
 from approvals.policy_edits import PolicyDraft, policy_publish
 from console.views.approval_edit import Preview
-from runs.models import Run, Tenant, User
+from runs.models import ApiKey, Run, Tenant, User
 from runs.services import api_key_issue
 from tests.browser.conftest import log_in
 from tests.helpers import BIG_REFUND, PASSWORD, ApiClient, approval_of, propose, propose_in
@@ -124,6 +124,8 @@ def todays_pages(agent: ApiClient, admin_user: User, tenant: Tenant, sandbox) ->
         "edit": f"/policies/{REFUND}/edit/",
         "channels": "/channels/",
         "people": "/people/",
+        # The policy published and the key issued above, as admin events among run events.
+        "audit": "/audit/",
     }
 
 
@@ -151,6 +153,9 @@ def test_todays_pages_do_not_scroll_sideways_at_390_px(
     for name, path in todays_pages.items():
         page.goto(f"{live_server.url}{path}")
         check(name)
+        if name == "audit":
+            published = page.locator("tr.admin-event", has_text="policy.published")
+            expect(published).to_be_visible()
     # The approval page with its context fragment loaded (it comes after the page).
     page.goto(f"{live_server.url}{todays_pages['approval']}")
     expect(page.locator("#object-context:not([aria-busy])")).to_be_visible(timeout=15_000)
@@ -180,5 +185,9 @@ def test_todays_pages_do_not_scroll_sideways_at_390_px(
     page.get_by_role("button", name="Issue key").click()
     expect(page.locator("#issued-key")).to_be_visible()
     check("people with a key issued")
+    # Refreshing the page the issue redirected to issues no second key and hides the token.
+    page.reload()
+    expect(page.locator("#issued-key")).to_have_count(0)
+    assert ApiKey.objects.filter(name="a-second-agent-with-a-long-name").count() == 1
     context.close()
     assert wide == {}

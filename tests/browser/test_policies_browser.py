@@ -75,3 +75,28 @@ def test_an_admin_tries_a_rule_then_publishes_it(
     )
     still = approval_of(waiting)
     assert (still.state, still.policy_version) == ("pending", 1)
+
+
+def test_enter_in_a_rule_publishes_the_policy_and_adds_no_row(
+    page: Page, live_server, admin_user: User
+) -> None:
+    """Enter in a text field submits the form's default action, as a person expects: the
+    policy is published with what was typed; it does not add an empty rule."""
+    log_in(page, live_server.url, "olivia", PASSWORD)
+    page.goto(f"{live_server.url}/policies/{REFUND}/edit/")
+    rows = page.locator("#rules tr.rule").count()
+    page.get_by_label("Rule 1: Value").fill("300")
+    page.get_by_label("Rule 1: Value").press("Enter")
+    expect(page.get_by_text("Published version 2.")).to_be_visible()
+    assert page.url == f"{live_server.url}/policies/{REFUND}/"
+    published = Policy.objects.get(capability_id=REFUND, version=2)
+    assert len(published.rules) == rows - 1  # the empty last row is no rule
+    assert "30000" in str(published.rules[0])
+
+    # Enter in the expiry's hours publishes too, from a fresh editor: still no row added.
+    page.goto(f"{live_server.url}/policies/{REFUND}/edit/")
+    assert page.locator("#rules tr.rule").count() == rows
+    page.get_by_label("Approvals expire after: hours").fill("3")
+    page.get_by_label("Approvals expire after: hours").press("Enter")
+    expect(page.get_by_text("Published version 3.")).to_be_visible()
+    assert Policy.objects.get(capability_id=REFUND, version=3).expiry_seconds == 3 * 3600

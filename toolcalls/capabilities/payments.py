@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from runs.money import amount_written
 from toolcalls.capabilities.base import (
     ORDER_ID,
     Capability,
@@ -179,7 +180,7 @@ register(
         identity_fields=("order_id",),
         build_request=lambda a: Request("POST", "/refunds", dict(a)),
         summary=lambda a: (
-            f"Refund {a['amount_cents'] / 100:.2f} {a['currency'].upper()} on order "
+            f"Refund {amount_written(a['amount_cents'], a['currency'])} on order "
             f"{a['order_id']}" + (f" ({a['reason']})" if a.get("reason") else "") + "."
         ),
         business_check=_check_refund,
