@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Literal
 
 import httpx
@@ -160,10 +161,14 @@ class Capability:
     def irreversible(self) -> bool:
         return self.kind == "write" and not self.reversible and self.compensation is None
 
+    @cached_property
+    def validator(self) -> jsonschema.Draft202012Validator:
+        # Built once per contract: building it cost a proposal more than validating with it.
+        return jsonschema.Draft202012Validator(self.input_schema)
+
     def validate(self, args: Any) -> Problems:
-        validator = jsonschema.Draft202012Validator(self.input_schema)
         problems = []
-        for error in sorted(validator.iter_errors(args), key=lambda e: list(e.absolute_path)):
+        for error in sorted(self.validator.iter_errors(args), key=lambda e: list(e.absolute_path)):
             path = ".".join(str(p) for p in error.absolute_path)
             if error.validator == "additionalProperties":
                 path = "args"
