@@ -13,11 +13,10 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Literal
 
-import httpx
 import jsonschema
 
 from runs import scopes
-from toolcalls import connectors
+from toolcalls import connectors, keepalive
 
 Problems = list[dict[str, str]]
 
@@ -82,15 +81,16 @@ class TrustedData:
 
     def get(self, system: str, path: str) -> dict[str, Any] | None:
         endpoint = connectors.endpoint_for(self.tenant_slug, system)
+        headers = {"Authorization": f"Bearer {endpoint.token}"}
         try:
-            response = connectors.request(endpoint, "GET", path, timeout=self.timeout)
-        except httpx.HTTPError as exc:
-            raise UpstreamUnavailable(f"{system} did not answer: {type(exc).__name__}") from exc
-        if response.status_code == 404:
+            answer = keepalive.get(endpoint.base_url + path, headers, timeout=self.timeout)
+        except keepalive.ReadFailed as exc:
+            raise UpstreamUnavailable(f"{system} did not answer: {exc}") from exc
+        if answer.status == 404:
             return None
-        if response.status_code != 200:
-            raise UpstreamUnavailable(f"{system} answered {response.status_code}")
-        return response.json()
+        if answer.status != 200:
+            raise UpstreamUnavailable(f"{system} answered {answer.status}")
+        return answer.json()
 
 
 class UpstreamUnavailable(Exception):
