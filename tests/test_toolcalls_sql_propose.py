@@ -15,7 +15,7 @@ from runs.models import Event, Run, Tenant
 from runs.services import run_start
 from tests.helpers import REFUND, propose_in
 from tests.sandbox_process import Sandbox
-from toolcalls import sql
+from toolcalls import dispatch, sql
 from toolcalls.models import ToolCall
 from toolcalls.propose import tool_call_propose
 
@@ -149,3 +149,32 @@ def test_a_proposal_writes_its_events_chained_in_ten_statements(run: Run, sandbo
     # authorization, the events (BEGIN and COMMIT are not queries here).
     statements = [q["sql"] for q in queries if not q["sql"].startswith(("SAVEPOINT", "RELEASE"))]
     assert len(statements) == 10, "\n".join(s[:90] for s in statements)
+
+
+def test_the_envelopes_relations_are_the_orms(run: Run, sandbox: Sandbox) -> None:
+    first = propose_in(run, {**REFUND, "amount_cents": 5}, intent="first")
+    dispatch.tool_call_dispatch(tool_call_id=first.pk)  # an attempt
+    second = propose_in(run, {**REFUND, "amount_cents": 6}, intent="second", depends_on=[first.pk])
+    undo = ToolCall(
+        tenant=run.tenant,
+        run=run,
+        capability_id="refund-order-v2",
+        intent="undo",
+        object_ref=REF,
+        args=REFUND,
+        args_digest="u" * 64,
+        idempotency_key="undo",
+        external_request_id="req_undo",
+        compensation_of=first,
+    )
+    undo.save(force_insert=True)
+
+    for call in (ToolCall.objects.get(pk=first.pk), ToolCall.objects.get(pk=second.pk)):
+        compensation = getattr(call, "compensation", None)
+        assert sql.call_relations(call) == (
+            call.attempts.count(),
+            compensation.pk if compensation else None,
+            [dependency.pk for dependency in call.depends_on.all()],
+        )
+    assert sql.call_relations(first)[:2] == (1, undo.pk)
+    assert sql.call_relations(second) == (0, None, [first.pk])

@@ -18,6 +18,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from approvals.models import Approval, ApprovalDecision
+from toolcalls import sql
 from toolcalls.models import AgentStatus, ToolCall
 
 # Fields of a receipt that are our own plumbing, echoed back by the system, not its business
@@ -124,7 +125,7 @@ def _approvals_with_decisions(call: ToolCall) -> list[tuple[Approval, list[Appro
 
 def tool_call_out(call: ToolCall) -> dict[str, Any]:
     """Every API answer about a tool call, and the `tool_call` of its webhooks."""
-    compensation = getattr(call, "compensation", None) if call.pk else None
+    attempts, compensation_id, depends_on = sql.call_relations(call) if call.pk else (0, None, [])
     approvals = _approvals_with_decisions(call)
     latest, latest_decisions = approvals[0] if approvals else (None, [])
     decided = next(((a, d) for a, d in approvals if d), None)
@@ -159,11 +160,11 @@ def tool_call_out(call: ToolCall) -> dict[str, Any]:
             if call.last_error_name
             else None
         ),
-        "attempts": call.attempts.count() if call.pk else 0,
+        "attempts": attempts,
         "fencing_token": call.fencing_token,
-        "depends_on": [dependency.pk for dependency in call.depends_on.all()] if call.pk else [],
+        "depends_on": depends_on,
         "compensation_of": call.compensation_of_id,
-        "compensation": compensation.pk if compensation else None,
+        "compensation": compensation_id,
         "created_at": call.created_at,
         "updated_at": call.updated_at,
     }
