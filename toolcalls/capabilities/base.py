@@ -13,8 +13,10 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Literal
 
+import httpx
 import jsonschema
 
+from config import telemetry
 from runs import scopes
 from toolcalls import connectors, keepalive
 
@@ -80,17 +82,29 @@ class TrustedData:
         return self._open_calls(capability_id, object_ref)
 
     def get(self, system: str, path: str) -> dict[str, Any] | None:
+        status, body = self._read(system, path)
+        if status == 404:
+            return None
+        if status != 200:
+            raise UpstreamUnavailable(f"{system} answered {status}")
+        return body()
+
+    def _read(self, system: str, path: str) -> tuple[int, Callable[[], Any]]:
         endpoint = connectors.endpoint_for(self.tenant_slug, system)
+        if telemetry.enabled():
+            # Traced, a read goes through httpx: its instrumentation gives the read its span
+            # and the request its traceparent header, as for writes.
+            try:
+                response = connectors.request(endpoint, "GET", path, timeout=self.timeout)
+            except httpx.HTTPError as exc:
+                raise UpstreamUnavailable(f"{system} did not answer: {type(exc).__name__}") from exc
+            return response.status_code, response.json
         headers = {"Authorization": f"Bearer {endpoint.token}"}
         try:
             answer = keepalive.get(endpoint.base_url + path, headers, timeout=self.timeout)
         except keepalive.ReadFailed as exc:
             raise UpstreamUnavailable(f"{system} did not answer: {exc}") from exc
-        if answer.status == 404:
-            return None
-        if answer.status != 200:
-            raise UpstreamUnavailable(f"{system} answered {answer.status}")
-        return answer.json()
+        return answer.status, answer.json
 
 
 class UpstreamUnavailable(Exception):
