@@ -13,7 +13,7 @@ from django.test.utils import CaptureQueriesContext
 from runs.events import verify_chain
 from runs.models import Event, Run, Tenant
 from runs.services import run_start
-from tests.helpers import REFUND, propose_in
+from tests.helpers import BIG_REFUND, REFUND, propose_in
 from tests.sandbox_process import Sandbox
 from toolcalls import dispatch, sql
 from toolcalls.models import ToolCall
@@ -169,12 +169,17 @@ def test_the_envelopes_relations_are_the_orms(run: Run, sandbox: Sandbox) -> Non
     )
     undo.save(force_insert=True)
 
-    for call in (ToolCall.objects.get(pk=first.pk), ToolCall.objects.get(pk=second.pk)):
+    held = propose_in(run, BIG_REFUND, intent="big")  # the policy asks a person
+
+    for call in (first, second, held):
+        call = ToolCall.objects.get(pk=call.pk)
         compensation = getattr(call, "compensation", None)
-        assert sql.call_relations(call) == (
+        assert sql.call_relations(call) == sql.Relations(
             call.attempts.count(),
             compensation.pk if compensation else None,
             [dependency.pk for dependency in call.depends_on.all()],
+            call.approvals.exists(),
         )
-    assert sql.call_relations(first)[:2] == (1, undo.pk)
-    assert sql.call_relations(second) == (0, None, [first.pk])
+    assert sql.call_relations(first) == sql.Relations(1, undo.pk, [], False)
+    assert sql.call_relations(second) == sql.Relations(0, None, [first.pk], False)
+    assert sql.call_relations(held).has_approvals

@@ -106,9 +106,12 @@ def decision_out(approval: Approval, decisions: list[ApprovalDecision]) -> dict[
     }
 
 
-def _approvals_with_decisions(call: ToolCall) -> list[tuple[Approval, list[ApprovalDecision]]]:
-    """The call's approvals, newest first, each with its decisions (two queries)."""
-    if not call.pk:
+def _approvals_with_decisions(
+    call: ToolCall, relations: sql.Relations
+) -> list[tuple[Approval, list[ApprovalDecision]]]:
+    """The call's approvals, newest first, each with its decisions (two queries, none when
+    it has no approval)."""
+    if not relations.has_approvals:
         return []
     approvals = list(call.approvals.order_by("-created_at"))
     if not approvals:
@@ -125,8 +128,8 @@ def _approvals_with_decisions(call: ToolCall) -> list[tuple[Approval, list[Appro
 
 def tool_call_out(call: ToolCall) -> dict[str, Any]:
     """Every API answer about a tool call, and the `tool_call` of its webhooks."""
-    attempts, compensation_id, depends_on = sql.call_relations(call) if call.pk else (0, None, [])
-    approvals = _approvals_with_decisions(call)
+    relations = sql.call_relations(call) if call.pk else sql.NO_RELATIONS
+    approvals = _approvals_with_decisions(call, relations)
     latest, latest_decisions = approvals[0] if approvals else (None, [])
     decided = next(((a, d) for a, d in approvals if d), None)
     edited = any(d.edit_diff for _, ds in approvals for d in ds)
@@ -160,11 +163,11 @@ def tool_call_out(call: ToolCall) -> dict[str, Any]:
             if call.last_error_name
             else None
         ),
-        "attempts": attempts,
+        "attempts": relations.attempts,
         "fencing_token": call.fencing_token,
-        "depends_on": depends_on,
+        "depends_on": relations.depends_on,
         "compensation_of": call.compensation_of_id,
-        "compensation": compensation_id,
+        "compensation": relations.compensation_id,
         "created_at": call.created_at,
         "updated_at": call.updated_at,
     }

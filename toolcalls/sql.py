@@ -213,28 +213,42 @@ def insert_call(call: ToolCall) -> None:
 
 # --- the result envelope --------------------------------------------------------------------
 # Every API answer about a call (and every webhook) says how many attempts it had, which call
-# compensates it and which calls it waits for: three ORM queries, compiled per answer, were a
-# quarter of a proposal's API request. One statement here; tests/test_toolcalls_sql_propose.py
-# compares it with the ORM's answers.
+# compensates it, which calls it waits for and what people decided: three ORM queries and
+# one for approvals, compiled per answer, were a third of a proposal's API request. One
+# statement here (the approvals are read only when there are some);
+# tests/test_toolcalls_sql_propose.py compares it with the ORM's answers.
 _RELATIONS = (
     "SELECT (SELECT count(*) FROM toolcalls_attempt WHERE tool_call_id = %s),"
     " (SELECT id FROM toolcalls_toolcall WHERE compensation_of_id = %s),"
     " ARRAY(SELECT to_toolcall_id FROM toolcalls_toolcall_depends_on"
-    " WHERE from_toolcall_id = %s ORDER BY to_toolcall_id)"
+    " WHERE from_toolcall_id = %s ORDER BY to_toolcall_id),"
+    " EXISTS (SELECT 1 FROM approvals_approval WHERE tool_call_id = %s)"
 )
 
 
-def call_relations(call: ToolCall) -> tuple[int, str | None, list[str]]:
-    """(attempts, the id of the call compensating it or None, the ids it depends on in id
-    order) as `call.attempts.count()`, `call.compensation` and `call.depends_on.all()` say."""
+@dataclass(frozen=True)
+class Relations:
+    attempts: int
+    compensation_id: str | None  # the call compensating this one
+    depends_on: list[str]  # in id order, as `call.depends_on.all()`
+    has_approvals: bool
+
+
+NO_RELATIONS = Relations(0, None, [], False)
+
+
+def call_relations(call: ToolCall) -> Relations:
+    """What `call.attempts.count()`, `call.compensation`, `call.depends_on.all()` and
+    `call.approvals.exists()` say, in one statement."""
     if connection.vendor != "postgresql":
         compensation = ToolCall.objects.filter(compensation_of=call).values_list("pk", flat=True)
-        return (
+        return Relations(
             call.attempts.count(),
             compensation.first(),
             [dependency.pk for dependency in call.depends_on.all()],
+            call.approvals.exists(),
         )
     with connection.cursor() as cursor:
-        cursor.execute(_RELATIONS, [call.pk, call.pk, call.pk])
-        attempts, compensation_id, depends_on = cursor.fetchone()
-    return attempts, compensation_id, list(depends_on)
+        cursor.execute(_RELATIONS, [call.pk] * 4)
+        attempts, compensation_id, depends_on, has_approvals = cursor.fetchone()
+    return Relations(attempts, compensation_id, list(depends_on), has_approvals)
