@@ -123,7 +123,9 @@ def test_the_call_insert_writes_the_row_the_orm_writes(run: Run) -> None:
     assert sql.calls_in_run(run.pk) == ToolCall.objects.filter(run=run).count() == 2
 
 
-def test_a_proposal_writes_its_events_chained_in_nine_statements(run: Run, sandbox: Sandbox) -> None:
+def test_a_proposal_writes_its_events_chained_in_nine_statements(
+    run: Run, sandbox: Sandbox
+) -> None:
     for n in (1, 2):  # the policy's row exists, and is cached
         propose_in(run, {**REFUND, "amount_cents": n}, intent=f"earlier-{n}")
 
