@@ -123,9 +123,7 @@ def test_the_call_insert_writes_the_row_the_orm_writes(run: Run) -> None:
     assert sql.calls_in_run(run.pk) == ToolCall.objects.filter(run=run).count() == 2
 
 
-def test_a_proposal_writes_its_events_chained_in_nine_statements(
-    run: Run, sandbox: Sandbox
-) -> None:
+def test_a_proposal_writes_its_events_chained_in_ten_statements(run: Run, sandbox: Sandbox) -> None:
     for n in (1, 2):  # the policy's row exists, and is cached
         propose_in(run, {**REFUND, "amount_cents": n}, intent=f"earlier-{n}")
 
@@ -146,11 +144,15 @@ def test_a_proposal_writes_its_events_chained_in_nine_statements(
         "tool_call.authorized",
     ]
     assert verify_chain(events) == []
-    # The lookup; then in the transaction: lock the run, count its calls, the events' run
-    # lock and chain head, the newest policy's id, the call (inserted authorized), the outbox
-    # row, the events (BEGIN and COMMIT are not queries here).
+    # The call is written before its events are recorded (bench_dispatch's "propose tx" is
+    # the time from the one to the authorization).
+    mine = [e for e in events if e.tool_call_id == call.pk]
+    assert ToolCall.objects.get(pk=call.pk).created_at <= mine[0].recorded_at
+    # The lookup; then in the transaction: lock the run, count its calls, insert the call,
+    # the events' run lock and chain head, the newest policy's id, the outbox row, the call's
+    # authorization, the events (BEGIN and COMMIT are not queries here).
     statements = [q["sql"] for q in queries if not q["sql"].startswith(("SAVEPOINT", "RELEASE"))]
-    assert len(statements) == 9, "\n".join(s[:90] for s in statements)
+    assert len(statements) == 10, "\n".join(s[:90] for s in statements)
 
 
 def test_the_envelopes_relations_are_the_orms(run: Run, sandbox: Sandbox) -> None:

@@ -319,14 +319,10 @@ def tool_call_create(
         external_request_id=new_id("req"),
         compensation_of=compensation_of,
     )
-    if dependencies:
-        # The dependency rows refer to the call: it is written first, then updated when the
-        # policy has decided.
-        sql.insert_call(call)
-        call.depends_on.set(dependencies)
-    # Otherwise the policy's transition (authorized, or held for people) writes the row, in
-    # the same transaction as before: one INSERT of the decided call, no UPDATE after it.
+    sql.insert_call(call)
     bind_log_ids(call)
+    if dependencies:
+        call.depends_on.set(dependencies)
     tool_call_event(
         call,
         "tool_call.proposed",
