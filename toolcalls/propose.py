@@ -65,17 +65,7 @@ def tool_call_propose(
         raise
     key = idempotency_key(tenant, capability, derived_ref, intent)
     args_digest = digest(args)
-    # The run, the call holding the key and our open calls on the object: one statement.
-    found = sql.proposal_lookup(
-        tenant_id=tenant.pk,
-        run_id=run_id,
-        key=key,
-        capability_id=capability.id,
-        object_ref=derived_ref,
-    )
-    if found is None:
-        raise not_found("run", run_id)
-    logcontext.bind(run_id=found.run_id, correlation_id=found.correlation_id)
+    found = _lookup(tenant, run_id, key, capability, derived_ref)
     if found.existing_call_id:
         existing = ToolCall.objects.get(pk=found.existing_call_id)
         return _same_call(existing, args_digest), False
@@ -137,6 +127,23 @@ def tool_call_evaluate_policy(
         "on_expiry": policy.on_expiry if asks else None,
         "summary": capability.summary(args),
     }
+
+
+def _lookup(
+    tenant: Tenant, run_id: str, key: str, capability: Capability, object_ref: str
+) -> sql.ProposalLookup:
+    """The run, the call holding the key and our open calls on the object: one statement."""
+    found = sql.proposal_lookup(
+        tenant_id=tenant.pk,
+        run_id=run_id,
+        key=key,
+        capability_id=capability.id,
+        object_ref=object_ref,
+    )
+    if found is None:
+        raise not_found("run", run_id)
+    logcontext.bind(run_id=found.run_id, correlation_id=found.correlation_id)
+    return found
 
 
 def _object_ref(capability: Capability, args: Any, object_ref: str) -> str:
