@@ -69,12 +69,7 @@ def tool_call_propose(
     if found.existing_call_id:
         existing = ToolCall.objects.get(pk=found.existing_call_id)
         return _same_call(existing, args_digest), False
-    open_calls = [OpenCall(*call) for call in found.open_calls]
-    problems = business_check(
-        tenant, capability, args, known_open_calls=(capability.id, derived_ref, open_calls)
-    )
-    if problems:
-        raise invalid(problems)
+    _business_check(tenant, capability, args, derived_ref, found)
     try:
         # One chain-head read and one INSERT for the proposal's events (runs/events.py).
         with transaction.atomic(), events.batch():
@@ -144,6 +139,18 @@ def _lookup(
         raise not_found("run", run_id)
     logcontext.bind(run_id=found.run_id, correlation_id=found.correlation_id)
     return found
+
+
+def _business_check(
+    tenant: Tenant, capability: Capability, args: Any, object_ref: str, found: sql.ProposalLookup
+) -> None:
+    """The contract's check, given the open calls on the object that the lookup read."""
+    open_calls = [OpenCall(*call) for call in found.open_calls]
+    problems = business_check(
+        tenant, capability, args, known_open_calls=(capability.id, object_ref, open_calls)
+    )
+    if problems:
+        raise invalid(problems)
 
 
 def _object_ref(capability: Capability, args: Any, object_ref: str) -> str:
