@@ -32,10 +32,11 @@ from django.core.management.base import BaseCommand, CommandError
 from bench import pgstats
 from bench.management.commands.bench_dispatch import (
     MARK,
-    _redis_db,
+
     add_orders,
     claim_redis,
 )
+from bench.ownership import redis_db as _redis_db
 from bench.procs import start_sandbox
 
 
