@@ -32,7 +32,6 @@ from django.core.management.base import BaseCommand, CommandError
 from bench import pgstats
 from bench.management.commands.bench_dispatch import (
     MARK,
-
     add_orders,
     claim_redis,
 )
