@@ -7,7 +7,7 @@ from hashlib import sha256
 
 from django.db.models import QuerySet
 
-from runs import errors, logcontext
+from runs import errors, logcontext, sql
 from runs.errors import DomainError, not_found
 from runs.models import ApiKey, Decision, Event, Run, Tenant
 
@@ -75,7 +75,7 @@ def api_key_authenticate(token: str) -> ApiKey | None:
     # A NUL cannot be in any key, and PostgreSQL refuses it in a query: no key, not a 500.
     if not key_id.startswith("key_") or not secret or "\x00" in token:
         return None
-    key = ApiKey.objects.select_related("tenant", "principal").filter(pk=key_id).first()
+    key = sql.api_key_read(key_id)  # with its tenant and principal
     if key is None or key.revoked_at is not None:
         return None
     if not hmac.compare_digest(key.secret_hash, hash_secret(secret)):

@@ -11,7 +11,7 @@ from typing import Any
 
 from django.db import connection
 
-from runs.models import Event, Run
+from runs.models import ApiKey, Event, Run, Tenant, User
 
 EVENT_FIELDS = Event._meta.concrete_fields
 _COLUMNS = ", ".join(field.column for field in EVENT_FIELDS)
@@ -83,3 +83,52 @@ def insert_events(events: list[Event]) -> None:
         cursor.execute(statement, values)
     for event in events:
         event._state.adding, event._state.db = False, connection.alias
+
+
+# --- the agent API's key --------------------------------------------------------------------
+# Every API request reads its key with the key's tenant and person: the ORM's compiling of that
+# three-table select_related was a tenth of a proposal's API request (profile_propose --via
+# api). Written out here; tests/test_runs_sql.py proves the objects equal the ORM's.
+
+
+def _columns(model: Any, alias: str) -> str:
+    return ", ".join(f'{alias}."{field.column}"' for field in model._meta.concrete_fields)
+
+
+def _make(model: Any, values: tuple) -> Any:
+    fields = model._meta.concrete_fields
+    converted = [
+        value
+        if value is None or not hasattr(field, "from_db_value")
+        else field.from_db_value(value, None, connection)
+        for field, value in zip(fields, values, strict=True)
+    ]
+    return model.from_db(connection.alias, [field.attname for field in fields], converted)
+
+
+_API_KEY = (
+    f"SELECT {_columns(ApiKey, 'k')}, {_columns(Tenant, 't')}, {_columns(User, 'u')}"
+    f" FROM {ApiKey._meta.db_table} k JOIN {Tenant._meta.db_table} t ON t.id = k.tenant_id"
+    f" LEFT JOIN {User._meta.db_table} u ON u.id = k.principal_id WHERE k.id = %s"
+)
+
+
+def api_key_read(key_id: str) -> ApiKey | None:
+    """The key with its tenant and principal loaded, as
+    `ApiKey.objects.select_related("tenant", "principal")` gives it; None when there is none."""
+    if connection.vendor != "postgresql":
+        return ApiKey.objects.select_related("tenant", "principal").filter(pk=key_id).first()
+    with connection.cursor() as cursor:
+        cursor.execute(_API_KEY, [key_id])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    first = len(ApiKey._meta.concrete_fields)
+    second = first + len(Tenant._meta.concrete_fields)
+    key = _make(ApiKey, row[:first])
+    tenant = _make(Tenant, row[first:second])
+    principal = None if key.principal_id is None else _make(User, row[second:])
+    # As select_related leaves them: the related objects cached on the key.
+    ApiKey.tenant.field.set_cached_value(key, tenant)
+    ApiKey.principal.field.set_cached_value(key, principal)
+    return key

@@ -4,7 +4,6 @@ proposals, approvers' decisions and edits, and compensations."""
 from __future__ import annotations
 
 import re
-from functools import partial
 from typing import Any
 
 from approvals.errors import EDIT_NOT_ALLOWED
@@ -45,12 +44,32 @@ def _open_calls(
     ]
 
 
+# Open calls a proposal read already, with its lookup: (capability id, object ref, calls).
+KnownOpenCalls = tuple[str, str, list[OpenCall]]
+
+
 def business_check(
-    tenant: Tenant, capability: Capability, args: dict[str, Any], *, exclude: str | None = None
+    tenant: Tenant,
+    capability: Capability,
+    args: dict[str, Any],
+    *,
+    exclude: str | None = None,
+    known_open_calls: KnownOpenCalls | None = None,
 ) -> list[dict]:
     """The contract's server-side check, against what the external system says and what our
-    own not-yet-final calls on the object will still do (`exclude`: the call being checked)."""
-    data = TrustedData(tenant.slug, open_calls=partial(_open_calls, tenant, exclude))
+    own not-yet-final calls on the object will still do (`exclude`: the call being checked).
+
+    `known_open_calls`: those calls as the caller read them just before, answered without
+    another query when the contract asks for them. Read before the external system is, a
+    call that becomes final meanwhile is still counted, unless the system shows it already;
+    read after, it would count nowhere."""
+
+    def open_calls(capability_id: str, object_ref: str) -> list[OpenCall]:
+        if known_open_calls is not None and known_open_calls[:2] == (capability_id, object_ref):
+            return known_open_calls[2]
+        return _open_calls(tenant, exclude, capability_id, object_ref)
+
+    data = TrustedData(tenant.slug, open_calls=open_calls)
     try:
         return capability.business_check(data, args)
     except UpstreamUnavailable as exc:

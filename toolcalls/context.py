@@ -17,7 +17,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from runs.models import Tenant
-from toolcalls import capabilities, selectors
+from toolcalls import capabilities, keepalive, selectors
 from toolcalls.capabilities import TrustedData, UpstreamUnavailable
 from toolcalls.capabilities.base import Fact
 from toolcalls.checks import _open_calls
@@ -53,9 +53,11 @@ def system_name(system: str) -> str:
 
 def _why_unreachable(exc: UpstreamUnavailable, system: str, timeout: float) -> str:
     cause = exc.__cause__
-    if isinstance(cause, httpx.TimeoutException):
+    if isinstance(cause, keepalive.ReadFailed):
+        cause = cause.__cause__  # the socket's own error
+    if isinstance(cause, httpx.TimeoutException | TimeoutError):
         reason = f"timed out after {timeout:g} s"
-    elif isinstance(cause, httpx.ConnectError):
+    elif isinstance(cause, httpx.ConnectError | ConnectionRefusedError):
         reason = "the connection was refused"
     else:
         reason = str(exc).removeprefix(f"{system} ")

@@ -18,6 +18,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from approvals.models import Approval, ApprovalDecision
+from toolcalls import sql
 from toolcalls.models import AgentStatus, ToolCall
 
 # Fields of a receipt that are our own plumbing, echoed back by the system, not its business
@@ -105,9 +106,12 @@ def decision_out(approval: Approval, decisions: list[ApprovalDecision]) -> dict[
     }
 
 
-def _approvals_with_decisions(call: ToolCall) -> list[tuple[Approval, list[ApprovalDecision]]]:
-    """The call's approvals, newest first, each with its decisions (two queries)."""
-    if not call.pk:
+def _approvals_with_decisions(
+    call: ToolCall, relations: sql.Relations
+) -> list[tuple[Approval, list[ApprovalDecision]]]:
+    """The call's approvals, newest first, each with its decisions (two queries, none when
+    it has no approval)."""
+    if not relations.has_approvals:
         return []
     approvals = list(call.approvals.order_by("-created_at"))
     if not approvals:
@@ -124,8 +128,8 @@ def _approvals_with_decisions(call: ToolCall) -> list[tuple[Approval, list[Appro
 
 def tool_call_out(call: ToolCall) -> dict[str, Any]:
     """Every API answer about a tool call, and the `tool_call` of its webhooks."""
-    compensation = getattr(call, "compensation", None) if call.pk else None
-    approvals = _approvals_with_decisions(call)
+    relations = sql.call_relations(call) if call.pk else sql.NO_RELATIONS
+    approvals = _approvals_with_decisions(call, relations)
     latest, latest_decisions = approvals[0] if approvals else (None, [])
     decided = next(((a, d) for a, d in approvals if d), None)
     edited = any(d.edit_diff for _, ds in approvals for d in ds)
@@ -159,11 +163,11 @@ def tool_call_out(call: ToolCall) -> dict[str, Any]:
             if call.last_error_name
             else None
         ),
-        "attempts": call.attempts.count() if call.pk else 0,
+        "attempts": relations.attempts,
         "fencing_token": call.fencing_token,
-        "depends_on": [dependency.pk for dependency in call.depends_on.all()] if call.pk else [],
+        "depends_on": relations.depends_on,
         "compensation_of": call.compensation_of_id,
-        "compensation": compensation.pk if compensation else None,
+        "compensation": relations.compensation_id,
         "created_at": call.created_at,
         "updated_at": call.updated_at,
     }

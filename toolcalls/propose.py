@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from approvals.models import Policy
 from approvals.policies import policy_preview, requirement
-from runs import events
+from runs import events, logcontext
 from runs.canonical import digest
 from runs.errors import (
     AUTH_SCOPE_MISSING,
@@ -23,8 +23,9 @@ from runs.errors import (
 from runs.ids import new_id
 from runs.models import ApiKey, Decision, Run, Tenant, User
 from runs.selectors import run_get
-from toolcalls import capabilities, errors, gate
+from toolcalls import capabilities, errors, gate, sql
 from toolcalls.capabilities import Capability
+from toolcalls.capabilities.base import OpenCall
 from toolcalls.checks import business_check, invalid
 from toolcalls.models import ObjectRevision, ToolCall
 from toolcalls.selectors import proposed_args_digest
@@ -54,24 +55,21 @@ def tool_call_propose(
     same arguments returns the existing call, with other arguments it is a conflict.
     `api_key` is the agent's key (the API passes it): its scopes must cover the capability.
     Without one the caller is trusted code (a test, the benchmark), not an agent."""
-    run_get(tenant=tenant, run_id=run_id)  # another tenant's run is a 404 before anything else
-    capability = _capability(capability_id)
-    if api_key is not None:
-        check_scope(api_key, capability)
-    problems = capability.validate(args)
-    if problems:
-        raise invalid(problems)
-    derived_ref = capability.object_ref(args)
-    if object_ref and object_ref != derived_ref:
-        raise invalid([{"field": "object.ref", "problem": f"these args act on {derived_ref!r}"}])
+    try:
+        capability = _capability(capability_id)
+        if api_key is not None:
+            check_scope(api_key, capability)
+        derived_ref = _object_ref(capability, args, object_ref)
+    except DomainError:
+        run_get(tenant=tenant, run_id=run_id)  # another tenant's run is a 404 before anything else
+        raise
     key = idempotency_key(tenant, capability, derived_ref, intent)
     args_digest = digest(args)
-    existing = ToolCall.objects.filter(tenant=tenant, idempotency_key=key).first()
-    if existing:
+    found = _lookup(tenant, run_id, key, capability, derived_ref)
+    if found.existing_call_id:
+        existing = ToolCall.objects.get(pk=found.existing_call_id)
         return _same_call(existing, args_digest), False
-    problems = business_check(tenant, capability, args)
-    if problems:
-        raise invalid(problems)
+    _business_check(tenant, capability, args, derived_ref, found)
     try:
         # One chain-head read and one INSERT for the proposal's events (runs/events.py).
         with transaction.atomic(), events.batch():
@@ -126,6 +124,47 @@ def tool_call_evaluate_policy(
     }
 
 
+def _lookup(
+    tenant: Tenant, run_id: str, key: str, capability: Capability, object_ref: str
+) -> sql.ProposalLookup:
+    """The run, the call holding the key and our open calls on the object: one statement."""
+    found = sql.proposal_lookup(
+        tenant_id=tenant.pk,
+        run_id=run_id,
+        key=key,
+        capability_id=capability.id,
+        object_ref=object_ref,
+    )
+    if found is None:
+        raise not_found("run", run_id)
+    logcontext.bind(run_id=found.run_id, correlation_id=found.correlation_id)
+    return found
+
+
+def _business_check(
+    tenant: Tenant, capability: Capability, args: Any, object_ref: str, found: sql.ProposalLookup
+) -> None:
+    """The contract's check, given the open calls on the object that the lookup read."""
+    open_calls = [OpenCall(*call) for call in found.open_calls]
+    problems = business_check(
+        tenant, capability, args, known_open_calls=(capability.id, object_ref, open_calls)
+    )
+    if problems:
+        raise invalid(problems)
+
+
+def _object_ref(capability: Capability, args: Any, object_ref: str) -> str:
+    """The object the arguments act on, once they pass the contract's schema; an `object_ref`
+    the agent gave must name the same."""
+    problems = capability.validate(args)
+    if problems:
+        raise invalid(problems)
+    derived_ref = capability.object_ref(args)
+    if object_ref and object_ref != derived_ref:
+        raise invalid([{"field": "object.ref", "problem": f"these args act on {derived_ref!r}"}])
+    return derived_ref
+
+
 def _capability(capability_id: str) -> Capability:
     capability = capabilities.get(capability_id)
     if capability is None:
@@ -168,7 +207,7 @@ def _same_call(existing: ToolCall, args_digest: str) -> ToolCall:
 
 
 def _lock_open_run(tenant: Tenant, run_id: str) -> Run:
-    run = Run.objects.select_for_update().filter(tenant=tenant, pk=run_id).first()
+    run = sql.lock_run(tenant_id=tenant.pk, run_id=run_id)
     if run is None:
         raise not_found("run", run_id)
     if not run.is_open:
@@ -273,7 +312,7 @@ def tool_call_create(
 ) -> ToolCall:
     """Record a checked call with its `tool_call.proposed` event, then let the policy decide:
     held for approval, or authorized and dispatched. The run is locked."""
-    if run.tool_calls.count() >= run.max_tool_calls:
+    if sql.calls_in_run(run.pk) >= run.max_tool_calls:
         raise DomainError(
             errors.MAX_STEPS_EXCEEDED,
             f"Run {run.pk} has used its {run.max_tool_calls} tool calls.",
@@ -294,7 +333,7 @@ def tool_call_create(
         external_request_id=new_id("req"),
         compensation_of=compensation_of,
     )
-    call.save(force_insert=True)
+    sql.insert_call(call)
     bind_log_ids(call)
     if dependencies:
         call.depends_on.set(dependencies)

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Literal
 
 import httpx
 import jsonschema
 
+from config import telemetry
 from runs import scopes
-from toolcalls import connectors
+from toolcalls import connectors, keepalive
 
 Problems = list[dict[str, str]]
 
@@ -80,16 +82,29 @@ class TrustedData:
         return self._open_calls(capability_id, object_ref)
 
     def get(self, system: str, path: str) -> dict[str, Any] | None:
-        endpoint = connectors.endpoint_for(self.tenant_slug, system)
-        try:
-            response = connectors.request(endpoint, "GET", path, timeout=self.timeout)
-        except httpx.HTTPError as exc:
-            raise UpstreamUnavailable(f"{system} did not answer: {type(exc).__name__}") from exc
-        if response.status_code == 404:
+        status, body = self._read(system, path)
+        if status == 404:
             return None
-        if response.status_code != 200:
-            raise UpstreamUnavailable(f"{system} answered {response.status_code}")
-        return response.json()
+        if status != 200:
+            raise UpstreamUnavailable(f"{system} answered {status}")
+        return body()
+
+    def _read(self, system: str, path: str) -> tuple[int, Callable[[], Any]]:
+        endpoint = connectors.endpoint_for(self.tenant_slug, system)
+        if telemetry.enabled():
+            # Traced, a read goes through httpx: its instrumentation gives the read its span
+            # and the request its traceparent header, as for writes.
+            try:
+                response = connectors.request(endpoint, "GET", path, timeout=self.timeout)
+            except httpx.HTTPError as exc:
+                raise UpstreamUnavailable(f"{system} did not answer: {type(exc).__name__}") from exc
+            return response.status_code, response.json
+        headers = {"Authorization": f"Bearer {endpoint.token}"}
+        try:
+            answer = keepalive.get(endpoint.base_url + path, headers, timeout=self.timeout)
+        except keepalive.ReadFailed as exc:
+            raise UpstreamUnavailable(f"{system} did not answer: {exc}") from exc
+        return answer.status, answer.json
 
 
 class UpstreamUnavailable(Exception):
@@ -160,10 +175,14 @@ class Capability:
     def irreversible(self) -> bool:
         return self.kind == "write" and not self.reversible and self.compensation is None
 
+    @cached_property
+    def validator(self) -> jsonschema.Draft202012Validator:
+        # Built once per contract: building it cost a proposal more than validating with it.
+        return jsonschema.Draft202012Validator(self.input_schema)
+
     def validate(self, args: Any) -> Problems:
-        validator = jsonschema.Draft202012Validator(self.input_schema)
         problems = []
-        for error in sorted(validator.iter_errors(args), key=lambda e: list(e.absolute_path)):
+        for error in sorted(self.validator.iter_errors(args), key=lambda e: list(e.absolute_path)):
             path = ".".join(str(p) for p in error.absolute_path)
             if error.validator == "additionalProperties":
                 path = "args"

@@ -1,0 +1,189 @@
+"""The proposal's hand-written SQL (toolcalls/sql.py) reads and writes what the ORM did: the
+same run, key holder and open calls on the object, the same locked run, the same call row;
+and a proposal through it writes the same events, chained, in fewer statements."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
+
+from runs.events import verify_chain
+from runs.models import Event, Run, Tenant
+from runs.services import run_start
+from tests.helpers import BIG_REFUND, REFUND, propose_in
+from tests.sandbox_process import Sandbox
+from toolcalls import dispatch, sql
+from toolcalls.models import ToolCall
+from toolcalls.propose import tool_call_propose
+
+pytestmark = pytest.mark.django_db
+
+REF = "order:order-002"
+
+
+def _values(obj: Any, *skip: str) -> dict[str, Any]:
+    return {
+        f.attname: getattr(obj, f.attname)
+        for f in obj._meta.concrete_fields
+        if f.attname not in skip
+    }
+
+
+def _set_status(call: ToolCall, execution: str, verification: str = "not_observed") -> None:
+    # Protected state fields: a queryset update puts a call where a test needs it.
+    ToolCall.objects.filter(pk=call.pk).update(
+        execution_status=execution, verification_status=verification
+    )
+
+
+def _lookup(run: Run, key: str) -> sql.ProposalLookup | None:
+    return sql.proposal_lookup(
+        tenant_id=run.tenant_id,
+        run_id=run.pk,
+        key=key,
+        capability_id="refund-order-v2",
+        object_ref=REF,
+    )
+
+
+def test_the_lookup_reads_what_the_orm_reads(run: Run, sandbox: Sandbox) -> None:
+    calls = [propose_in(run, {**REFUND, "amount_cents": n}, intent=f"i{n}") for n in (1, 2, 3, 4)]
+    _set_status(calls[1], "completed", "confirmed_success")  # final: not open
+    _set_status(calls[2], "completed", "pending")  # accepted there, not yet seen: open
+    _set_status(calls[3], "failed")  # final: not open
+    key = calls[0].idempotency_key
+
+    found = _lookup(run, key)
+    orm = sql._proposal_lookup_orm(run.tenant_id, run.pk, key, "refund-order-v2", REF)
+
+    assert found == orm
+    assert found.existing_call_id == calls[0].pk
+    assert [c[0] for c in found.open_calls] == [calls[0].pk, calls[2].pk]
+    assert found.open_calls[1][1] == {**REFUND, "amount_cents": 3}  # args as a dict
+    assert (found.run_id, found.correlation_id) == (run.pk, run.correlation_id)
+
+
+def test_the_lookup_of_a_new_key_finds_no_call_and_no_open_calls(run: Run) -> None:
+    found = _lookup(run, "acme:order:order-002:refund:new")
+
+    assert found == sql.ProposalLookup(run.pk, run.correlation_id, None, [])
+
+
+def test_the_lookup_finds_no_run_of_another_tenant(run: Run, other_tenant: Tenant) -> None:
+    theirs, _ = run_start(tenant=other_tenant, title="theirs", actor="test")
+
+    assert _lookup(theirs, "k") is not None
+    assert (
+        sql.proposal_lookup(
+            tenant_id=run.tenant_id, run_id=theirs.pk, key="k", capability_id="x", object_ref="y"
+        )
+        is None
+    )
+
+
+def test_the_run_lock_reads_what_the_orm_reads(run: Run, other_tenant: Tenant) -> None:
+    with transaction.atomic(), CaptureQueriesContext(connection) as queries:
+        locked = sql.lock_run(tenant_id=run.tenant_id, run_id=run.pk)
+        theirs = sql.lock_run(tenant_id=other_tenant.pk, run_id=run.pk)
+
+    assert queries[0]["sql"].endswith("FOR UPDATE")
+    assert _values(locked) == _values(Run.objects.get(pk=run.pk))
+    assert theirs is None
+
+
+def test_the_call_insert_writes_the_row_the_orm_writes(run: Run) -> None:
+    def new_call(n: int) -> ToolCall:
+        return ToolCall(
+            tenant=run.tenant,
+            run=run,
+            capability_id="refund-order-v2",
+            intent=f"i{n}",
+            object_ref=REF,
+            object_revision=3,
+            args={**REFUND, "reason": "naïve \u2603"},
+            args_digest="d" * 64,
+            idempotency_key=f"key-{n}",
+            external_request_id=f"req_{n}",
+        )
+
+    with transaction.atomic():
+        ours, theirs = new_call(1), new_call(2)
+        sql.insert_call(ours)
+        theirs.save(force_insert=True)
+
+    differ = ("id", "intent", "idempotency_key", "external_request_id", "created_at", "updated_at")
+    stored = ToolCall.objects.get(pk=ours.pk)
+    assert _values(stored, *differ) == _values(ToolCall.objects.get(pk=theirs.pk), *differ)
+    assert _values(stored) == _values(ours)  # dates as the object has them
+    assert stored.created_at is not None and stored.updated_at >= stored.created_at
+    assert ours.changed_fields() == theirs.changed_fields() == ["updated_at"]
+    assert sql.calls_in_run(run.pk) == ToolCall.objects.filter(run=run).count() == 2
+
+
+def test_a_proposal_writes_its_events_chained_in_ten_statements(run: Run, sandbox: Sandbox) -> None:
+    for n in (1, 2):  # the policy's row exists, and is cached
+        propose_in(run, {**REFUND, "amount_cents": n}, intent=f"earlier-{n}")
+
+    with CaptureQueriesContext(connection) as queries:
+        call, created = tool_call_propose(
+            tenant=run.tenant,
+            run_id=run.pk,
+            capability_id="refund-order-v2",
+            args={**REFUND, "amount_cents": 3},
+            intent="third",
+            actor="test",
+        )
+
+    assert created and call.execution_status == "authorized"
+    events = list(Event.objects.filter(run=run).order_by("seq"))
+    assert [e.event_type for e in events if e.tool_call_id == call.pk] == [
+        "tool_call.proposed",
+        "tool_call.authorized",
+    ]
+    assert verify_chain(events) == []
+    # The call is written before its events are recorded (bench_dispatch's "propose tx" is
+    # the time from the one to the authorization).
+    mine = [e for e in events if e.tool_call_id == call.pk]
+    assert ToolCall.objects.get(pk=call.pk).created_at <= mine[0].recorded_at
+    # The lookup; then in the transaction: lock the run, count its calls, insert the call,
+    # the events' run lock and chain head, the newest policy's id, the outbox row, the call's
+    # authorization, the events (BEGIN and COMMIT are not queries here).
+    statements = [q["sql"] for q in queries if not q["sql"].startswith(("SAVEPOINT", "RELEASE"))]
+    assert len(statements) == 10, "\n".join(s[:90] for s in statements)
+
+
+def test_the_envelopes_relations_are_the_orms(run: Run, sandbox: Sandbox) -> None:
+    first = propose_in(run, {**REFUND, "amount_cents": 5}, intent="first")
+    dispatch.tool_call_dispatch(tool_call_id=first.pk)  # an attempt
+    second = propose_in(run, {**REFUND, "amount_cents": 6}, intent="second", depends_on=[first.pk])
+    undo = ToolCall(
+        tenant=run.tenant,
+        run=run,
+        capability_id="refund-order-v2",
+        intent="undo",
+        object_ref=REF,
+        args=REFUND,
+        args_digest="u" * 64,
+        idempotency_key="undo",
+        external_request_id="req_undo",
+        compensation_of=first,
+    )
+    undo.save(force_insert=True)
+
+    held = propose_in(run, BIG_REFUND, intent="big")  # the policy asks a person
+
+    for call in (first, second, held):
+        call = ToolCall.objects.get(pk=call.pk)
+        compensation = getattr(call, "compensation", None)
+        assert sql.call_relations(call) == sql.Relations(
+            call.attempts.count(),
+            compensation.pk if compensation else None,
+            [dependency.pk for dependency in call.depends_on.all()],
+            call.approvals.exists(),
+        )
+    assert sql.call_relations(first) == sql.Relations(1, undo.pk, [], False)
+    assert sql.call_relations(second) == sql.Relations(0, None, [first.pk], False)
+    assert sql.call_relations(held).has_approvals

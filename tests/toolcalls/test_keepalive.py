@@ -1,0 +1,78 @@
+"""Reads at an external system keep their connection alive, replace one the server closed
+while it was idle, and report a host that does not answer (toolcalls/keepalive.py), against
+a real HTTP server on a real socket."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from toolcalls import keepalive
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _Server
+
+    def do_GET(self) -> None:
+        body = json.dumps({"path": self.path, "port": self.client_address[1]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+        # Closed without saying so, as a server's idle timeout does between two requests.
+        self.close_connection = self.server.close_silently
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    close_silently = False
+
+
+@pytest.fixture
+def server() -> Iterator[_Server]:
+    httpd = _Server(("127.0.0.1", 0), _Handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield httpd
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def _url(httpd: _Server, path: str) -> str:
+    return f"http://127.0.0.1:{httpd.server_address[1]}{path}"
+
+
+def test_reads_on_one_thread_share_one_connection(server: _Server) -> None:
+    first = keepalive.get(_url(server, "/orders/1?x=1"), {}, timeout=5).json()
+    second = keepalive.get(_url(server, "/orders/2"), {}, timeout=5).json()
+
+    assert (first["path"], second["path"]) == ("/orders/1?x=1", "/orders/2")
+    assert first["port"] == second["port"]  # the same client socket
+
+
+def test_a_connection_the_server_closed_is_replaced(server: _Server) -> None:
+    server.close_silently = True
+    first = keepalive.get(_url(server, "/a"), {}, timeout=5)
+    second = keepalive.get(_url(server, "/b"), {}, timeout=5)
+
+    assert (first.status, second.status) == (200, 200)
+    assert first.json()["port"] != second.json()["port"]
+
+
+def test_a_host_that_does_not_answer_is_reported() -> None:
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]  # nothing listens on it
+
+    with pytest.raises(keepalive.ReadFailed, match="ConnectionRefusedError"):
+        keepalive.get(f"http://127.0.0.1:{port}/orders/1", {}, timeout=2)
