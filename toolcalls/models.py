@@ -10,6 +10,8 @@ from __future__ import annotations
 from functools import partial
 
 from django.db import models
+from django.db.models import Q
+from django.utils import timezone
 from django_fsm import FSMField, FSMModelMixin, transition
 
 from runs.changes import SavesChangedFields
@@ -77,6 +79,10 @@ E = Execution
 V = Verification
 S = AgentStatus
 
+# What the unknowns desk may show: unknown outcomes, and dispatches (those whose lease has
+# expired). Named once for the desk's partial index and its reads.
+DESK_STATUSES = (E.RESULT_UNKNOWN, E.NEEDS_HUMAN, E.DISPATCHING)
+
 
 class ToolCall(FSMModelMixin, SavesChangedFields, models.Model):
     id = models.CharField(
@@ -97,6 +103,9 @@ class ToolCall(FSMModelMixin, SavesChangedFields, models.Model):
     # Our id for the operation at the external system, for look-ups; fixed at proposal too.
     external_request_id = models.CharField(max_length=40, unique=True)
     execution_status = FSMField(default=E.PROPOSED, choices=E.choices, protected=True)
+    # When execution_status last changed (set by tool_call_transition): the desk orders its
+    # items by how long they have waited without reading their events.
+    status_since = models.DateTimeField(default=timezone.now)
     verification_status = FSMField(default=V.NOT_OBSERVED, choices=V.choices, protected=True)
     # Incremented by every claim; an outcome is recorded only with the current token.
     fencing_token = models.PositiveIntegerField(default=0)
@@ -140,6 +149,14 @@ class ToolCall(FSMModelMixin, SavesChangedFields, models.Model):
             models.Index(
                 fields=["tenant", "execution_status", "verification_status", "fencing_token"],
                 name="toolcall_figures",
+            ),
+            # The unknowns desk: its longest waits first, and its counts by capability, read
+            # from this small index only (during an outage it holds thousands of calls).
+            models.Index(
+                fields=["tenant", "status_since"],
+                include=["execution_status", "lease_expires_at", "capability_id"],
+                condition=Q(execution_status__in=DESK_STATUSES),
+                name="toolcall_desk",
             ),
         ]
 

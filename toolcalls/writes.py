@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
+from django.utils import timezone
 
 from runs import events, logcontext, transitions
 from runs.errors import DomainError, not_found
@@ -57,6 +58,8 @@ def tool_call_transition(
     chat channels, in the same transaction."""
     verification = action in VERIFICATION_EVENTS
     status_before = call.agent_status
+    if not verification:
+        call.status_since = timezone.now()
     event = transitions.apply(
         call,
         action,
