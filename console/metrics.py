@@ -31,7 +31,15 @@ from django.utils import timezone
 
 from approvals.models import Approval
 from runs.models import Event, Run, Tenant
-from toolcalls.models import CircuitBreaker, E, Execution, Receipt, ToolCall, Verification
+from toolcalls.models import (
+    DESK_STATUSES,
+    CircuitBreaker,
+    E,
+    Execution,
+    Receipt,
+    ToolCall,
+    Verification,
+)
 
 # People decide in seconds to hours; beyond a day an approval has usually expired.
 APPROVAL_LATENCY_BUCKETS = (10, 30, 60, 300, 900, 1800, 3600, 4 * 3600, 24 * 3600)
@@ -226,24 +234,18 @@ def _unknown_dwell(
     figures: dict[str, TenantFigures],
     now: datetime,
 ) -> None:
-    """How long each call still in result_unknown has been there, bucketed in SQL. A call
-    enters it by a tool_call.result_unknown event (a lost answer or an expired lease); the
-    latest counts if it went round more than once. One probe per unknown call into a partial
-    index that holds only those events."""
-    entered = (
-        Event.objects.filter(tool_call_id=OuterRef("pk"), event_type="tool_call.result_unknown")
-        .order_by("-occurred_at")
-        .values("occurred_at")[:1]
-    )
+    """How long each call still in result_unknown has been there, bucketed in SQL, from the
+    time it entered its status (`status_since`, stamped with its tool_call.result_unknown
+    event): read from the desk's partial index, without probing the log per call."""
     buckets = {
-        f"le_{i}": Count("pk", filter=Q(entered__gte=now - timedelta(seconds=bound)))
+        f"le_{i}": Count("pk", filter=Q(status_since__gte=now - timedelta(seconds=bound)))
         for i, bound in enumerate(UNKNOWN_DWELL_BUCKETS)
     }
     rows = (
-        calls.filter(execution_status=E.RESULT_UNKNOWN)
-        .annotate(entered=Coalesce(Subquery(entered), "updated_at"))
+        calls.filter(execution_status__in=DESK_STATUSES)
+        .filter(execution_status=E.RESULT_UNKNOWN)
         .values("tenant_id")
-        .annotate(oldest=Min("entered"), n=Count("pk"), **buckets)
+        .annotate(oldest=Min("status_since"), n=Count("pk"), **buckets)
     )
     for row in rows:
         tenant_figures = figures[slugs[row["tenant_id"]]]
