@@ -48,6 +48,15 @@ def register_projection(projection: Projection) -> Projection:
     return projection
 
 
+# Counts kept over the whole log rather than per run (approvals/latency.py): each check
+# recounts from the log and returns one line per difference, after the batches of runs.
+LOG_CHECKS: dict[str, Callable[[], list[str]]] = {}
+
+
+def register_log_check(name: str, check: Callable[[], list[str]]) -> None:
+    LOG_CHECKS[name] = check
+
+
 def rebuild(events: Iterable[Event]) -> dict[str, Rows]:
     rebuilt: dict[str, Rows] = {name: {} for name in PROJECTIONS}
     for event in events:
@@ -96,6 +105,8 @@ def verify() -> list[str]:
             for name, projection in PROJECTIONS.items():
                 rows = projection.finish(rebuilt[name]) if projection.finish else rebuilt[name]
                 problems += diff(name, rows, projection.load_stored(run_ids))
+    for check in LOG_CHECKS.values():
+        problems += check()
     return problems
 
 

@@ -28,7 +28,7 @@ class Command(BaseCommand):
         seconds, cpu = time.monotonic() - started, time.process_time() - cpu
         for line in problems:
             self.stdout.write(line)
-        names = ", ".join(projections.PROJECTIONS)
+        names = ", ".join([*projections.PROJECTIONS, *projections.LOG_CHECKS])
         count = Event.objects.filter(run__archived_at__isnull=True).count()
         if problems:
             raise CommandError(f"{len(problems)} differences after replaying {count} events.")
