@@ -1,26 +1,27 @@
-"""Approval latency, kept as counts: from an approval's `approval.required` event to the
-`approval.approved` or `approval.rejected` event that decided it.
+"""Approval latency, kept as counts: from an approval's creation to the `approval.approved`
+or `approval.rejected` event that decided it (what /metrics reported before, recomputed per
+request over every decision).
 
 `latency_record` adds one decision to its tenant's bucket in the deciding transaction (one
-upsert on a row per tenant and bucket; people decide at human pace, so the row is never hot).
-Since both ends are events, the counts are a function of the log: `recount` computes them
-again from it (archived runs included: their events stay), `rebuild_projections --verify`
-compares, and the migration that made the table filled it with `recount`.
+upsert on a row per tenant and bucket: people decide at human pace, so the row is never hot).
+`recount` computes the counts again from the log's decisions and the approvals' creation
+times (archived approvals included, from their `_archive` table), `rebuild_projections
+--verify` compares, and `rebuild` (which the table's migration ran) replaces them.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from datetime import datetime, timedelta
+from itertools import chain
 
 from django.db import connection
 
-from approvals.models import ApprovalLatency
+from approvals.models import Approval, ApprovalLatency
 from runs.models import Event
 
 # People decide in seconds to hours; beyond a day an approval has usually expired.
 BUCKETS = (10, 30, 60, 300, 900, 1800, 3600, 4 * 3600, 24 * 3600)
-REQUIRED = "approval.required"
 DECIDED = ("approval.approved", "approval.rejected")
 MICROSECOND = timedelta(microseconds=1)
 
@@ -36,17 +37,9 @@ def _latency_us(required_at: datetime, decided_at: datetime) -> int:
     return (decided_at - required_at) // MICROSECOND
 
 
-def latency_record(*, decided: Event) -> None:
+def latency_record(*, approval: Approval, decided: Event) -> None:
     """Count one decision; call it in the transaction that appended `decided`."""
-    required_at = (
-        Event.objects.filter(approval_id=decided.approval_id, event_type=REQUIRED)
-        .order_by("seq")
-        .values_list("occurred_at", flat=True)
-        .first()
-    )
-    if required_at is None:
-        return  # not an approval the log saw required: nothing to measure from
-    latency = _latency_us(required_at, decided.occurred_at)
+    latency = _latency_us(approval.created_at, decided.occurred_at)
     with connection.cursor() as cursor:
         cursor.execute(
             "INSERT INTO approvals_approvallatency (tenant_id, bucket, count, total_us)"
@@ -57,28 +50,41 @@ def latency_record(*, decided: Event) -> None:
         )
 
 
+ARCHIVE = "approvals_approval_archive"  # memory/archive.py moves archived runs' rows there
+
+
+def _created(approval_ids: list[str]) -> dict[str, datetime]:
+    created = dict(Approval.objects.filter(pk__in=approval_ids).values_list("id", "created_at"))
+    missing = [approval_id for approval_id in approval_ids if approval_id not in created]
+    if missing and ARCHIVE in connection.introspection.table_names():
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT id, created_at FROM {ARCHIVE} WHERE id = ANY(%s)", [missing])
+            created.update(cursor.fetchall())
+    return created
+
+
 def recount() -> Counts:
-    """The counts as the log says them. It holds one time per approval required and not yet
-    decided in the log's order, by (approval id), so its memory is the approvals', not the
-    events'."""
-    events = (
-        Event.objects.filter(event_type__in=(REQUIRED, *DECIDED))
+    """The counts as the log's decisions say them, a chunk of decisions at a time."""
+    decided = (
+        Event.objects.filter(event_type__in=DECIDED)
         .exclude(approval_id="")
-        .order_by("approval_id", "seq")
-        .values_list("tenant_id", "approval_id", "event_type", "occurred_at")
+        .order_by("id")
+        .values_list("tenant_id", "approval_id", "occurred_at")
     )
     counts: dict[tuple[int, int], list[int]] = defaultdict(lambda: [0, 0])
-    current, required_at = "", None
-    for tenant_id, approval_id, event_type, occurred_at in events.iterator(chunk_size=5000):
-        if approval_id != current:
-            current, required_at = approval_id, None
-        if event_type == REQUIRED:
-            required_at = required_at or occurred_at
-        elif required_at is not None:
-            latency = _latency_us(required_at, occurred_at)
-            row = counts[(tenant_id, bucket_of(latency))]
-            row[0] += 1
-            row[1] += latency
+    chunk: list[tuple[int, str, datetime]] = []
+    for row in chain(decided.iterator(chunk_size=2000), [None]):
+        if row is not None:
+            chunk.append(row)
+        if chunk and (row is None or len(chunk) == 2000):
+            created = _created([approval_id for _, approval_id, _ in chunk])
+            for tenant_id, approval_id, occurred_at in chunk:
+                if approval_id in created:
+                    latency = _latency_us(created[approval_id], occurred_at)
+                    entry = counts[(tenant_id, bucket_of(latency))]
+                    entry[0] += 1
+                    entry[1] += latency
+            chunk = []
     return {key: (n, total) for key, (n, total) in counts.items()}
 
 

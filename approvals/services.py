@@ -68,7 +68,7 @@ def approval_transition(
         **details,
     )
     if event.event_type in latency.DECIDED:
-        latency.latency_record(decided=event)
+        latency.latency_record(approval=approval, decided=event)
 
 
 def approval_lock(*, tenant: Tenant, approval_id: str) -> Approval:

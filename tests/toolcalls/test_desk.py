@@ -287,8 +287,8 @@ def test_each_transition_stamps_when_the_call_entered_its_status(agent, sandbox)
     moves = list(Event.objects.filter(tool_call_id=call.pk).order_by("seq"))
     entered = next(e for e in reversed(moves) if e.event_type == "tool_call.needs_human")
     before = moves[moves.index(entered) - 1]
-    # Stamped in the same transaction as the event, just before it is appended.
-    assert before.occurred_at < call.status_since <= entered.occurred_at
+    # Stamped with its event, in the same transaction.
+    assert before.occurred_at < call.status_since == entered.occurred_at
 
 
 def test_the_desk_orders_by_the_stored_time_not_by_the_events(
