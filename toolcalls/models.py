@@ -10,7 +10,6 @@ from __future__ import annotations
 from functools import partial
 
 from django.db import models
-from django.db.models import Q
 from django.utils import timezone
 from django_fsm import FSMField, FSMModelMixin, transition
 
@@ -78,9 +77,7 @@ TERMINAL_STATUSES = frozenset(
 E = Execution
 V = Verification
 S = AgentStatus
-
-# What the unknowns desk may show: unknown outcomes, and dispatches (those whose lease has
-# expired). Named once for the desk's partial index and its reads.
+# What the unknowns desk may show (dispatches only once their lease expired).
 DESK_STATUSES = (E.RESULT_UNKNOWN, E.NEEDS_HUMAN, E.DISPATCHING)
 
 
@@ -103,8 +100,7 @@ class ToolCall(FSMModelMixin, SavesChangedFields, models.Model):
     # Our id for the operation at the external system, for look-ups; fixed at proposal too.
     external_request_id = models.CharField(max_length=40, unique=True)
     execution_status = FSMField(default=E.PROPOSED, choices=E.choices, protected=True)
-    # When execution_status last changed (set by tool_call_transition): the desk orders its
-    # items by how long they have waited without reading their events.
+    # When execution_status last changed (with its event): the desk's order, without the log.
     status_since = models.DateTimeField(default=timezone.now)
     verification_status = FSMField(default=V.NOT_OBSERVED, choices=V.choices, protected=True)
     # Incremented by every claim; an outcome is recorded only with the current token.
@@ -150,12 +146,11 @@ class ToolCall(FSMModelMixin, SavesChangedFields, models.Model):
                 fields=["tenant", "execution_status", "verification_status", "fencing_token"],
                 name="toolcall_figures",
             ),
-            # The unknowns desk: its longest waits first, and its counts by capability, read
-            # from this small index only (during an outage it holds thousands of calls).
+            # The desk: longest waits first and counts by capability, from this index alone.
             models.Index(
                 fields=["tenant", "status_since"],
                 include=["execution_status", "lease_expires_at", "capability_id"],
-                condition=Q(execution_status__in=DESK_STATUSES),
+                condition=models.Q(execution_status__in=DESK_STATUSES),
                 name="toolcall_desk",
             ),
         ]
