@@ -230,3 +230,26 @@ class Notification(models.Model):
 
     def __str__(self) -> str:
         return f"{self.send_key} ({'sent' if self.sent_at else 'not sent'})"
+
+
+class ApprovalLatency(models.Model):
+    """Approval latency as counts (approvals/latency.py): per tenant and bucket, how many
+    approvals were decided within it and their summed microseconds. Written in the
+    transaction that decides, so the dashboard and /metrics read a few rows, not every
+    decision in the log."""
+
+    tenant = models.ForeignKey("runs.Tenant", on_delete=models.CASCADE, related_name="+")
+    # Index into approvals.latency.BUCKETS of the first bound the latency is within;
+    # len(BUCKETS) for longer ones.
+    bucket = models.PositiveSmallIntegerField()
+    count = models.PositiveIntegerField(default=0)
+    # Microseconds, an integer: the sum is exact whatever the order it was added in.
+    total_us = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "bucket"], name="approval_latency_bucket")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tenant_id} bucket {self.bucket}: {self.count}"

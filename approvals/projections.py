@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
+from approvals import latency
 from approvals.event_types import APPROVAL_EVENTS
 from approvals.models import Approval
 from runs.models import Event
-from runs.projections import Projection, Rows, register_projection
+from runs.projections import Projection, Rows, register_log_check, register_projection
 
 
 def _stored(run_ids: Collection[str]) -> Rows:
@@ -41,3 +42,5 @@ register_projection(
         },
     )
 )
+
+register_log_check("approval_latency", latency.verify)

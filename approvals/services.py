@@ -16,6 +16,7 @@ from typing import Any
 
 from django.utils import timezone
 
+from approvals import latency
 from approvals.errors import (
     ALREADY_APPROVED_BY_YOU,
     ALREADY_DECIDED,
@@ -51,8 +52,9 @@ def approval_ids(approval: Approval) -> events.Ids:
 def approval_transition(
     approval: Approval, action: str, *, actor: str, producer: str, reason: str = "", **details
 ) -> None:
-    """One approval transition: event and save in the caller's transaction (runs.transitions)."""
-    transitions.apply(
+    """One approval transition: event and save in the caller's transaction (runs.transitions).
+    A decision is counted in the latency counts in the same transaction."""
+    event = transitions.apply(
         approval,
         action,
         field="state",
@@ -65,6 +67,8 @@ def approval_transition(
         refusal=INVALID_STATE,
         **details,
     )
+    if event.event_type in latency.DECIDED:
+        latency.latency_record(approval=approval, decided=event)
 
 
 def approval_lock(*, tenant: Tenant, approval_id: str) -> Approval:

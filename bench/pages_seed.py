@@ -7,29 +7,29 @@ rejected by a person, lost responses that reconciliation found and some it has n
 template run (the run, its decisions, calls, dependencies, approvals, people's decisions,
 attempts, receipts, events), replacing each id it finds — in any column and inside JSON
 payloads — by a new one of the same prefix, and moving every time by the clone's offset. Each
-cloned event's hash is computed again with `runs.events.compute_hash`, so
+cloned event's hash is computed again over the bytes `runs.events.compute_hash` hashes, so
 `verify_event_chain` passes on the result.
+
+Each template is compiled once (`bench/pages_clone.py`): a clone's rows and canonical event
+bodies are format strings filled with its ids and times, so a cloned event costs one SHA-256
+and a few `format_map` calls. The first clone of each template is checked against
+`compute_hash` itself before any of its rows is committed.
 """
 
 from __future__ import annotations
 
-import json
 import random
-import re
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from types import SimpleNamespace
 from typing import Any
 
 import httpx
 from django.db import connection, transaction
 
 from approvals.models import Approval
+from bench.pages_clone import Clone, Compiled, EventShape, check_hashes, event_shape
 from runs import services as run_services
-from runs.events import GENESIS_HASH, compute_hash
-from runs.ids import _ALPHABET
 from runs.models import Event, Run, Tenant, User
 from sandbox.seed import seed_captured_cents
 from toolcalls import dispatch, gate, reconcile
@@ -39,12 +39,6 @@ from toolcalls.propose import tool_call_propose
 TENANTS = (("acme", range(1, 16)), ("globex", range(16, 21)), ("initech", range(21, 41)))
 PEOPLE = {"alice": "approver", "bob": "approver", "olivia": "admin"}
 PASSWORD = "bench-pages-password"
-
-# Ids we own and therefore re-issue in clones (API keys are shared by every clone).
-ID_OR_TIME = re.compile(
-    r"(?P<id>\b(?:run|dec|evt|tc|att|rcp|apr|obx|req|ckpt|fb)_[0-9A-HJKMNP-TV-Z]{26}\b)"
-    r"|(?P<time>\b\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d)"
-)
 
 # Tables of a run, parents first; each with the SQL that selects a template run's rows.
 # Serial `id` columns are left out so that PostgreSQL numbers the copies.
@@ -99,6 +93,10 @@ class Template:
     kind: str  # busy | pending
     rows: dict[str, tuple[list[str], list[tuple]]] = field(default_factory=dict)
     events: list[dict[str, Any]] = field(default_factory=list)
+    compiled: Compiled = field(default_factory=Compiled)
+    cells: dict[str, list[list[tuple[int, Any]]]] = field(default_factory=dict)
+    shapes: list[EventShape] = field(default_factory=list)
+    checked: bool = False
 
 
 # --- the templates, through the real services -------------------------------------------------
@@ -243,86 +241,39 @@ def load_template(template: Template) -> None:
     template.events = list(
         Event.objects.filter(run_id=template.run_id).order_by("seq").values(*EVENT_COLUMNS)
     )
+    for table, (_, rows) in template.rows.items():
+        template.cells[table] = [template.compiled.row(row) for row in rows]
+    template.shapes = [
+        event_shape(template.compiled, row, EVENT_COLUMNS) for row in template.events
+    ]
 
 
-# --- clones -----------------------------------------------------------------------------------
-
-
-def _sortable_id(prefix: str, moment: datetime) -> str:
-    """An id like `runs.ids.new_id` makes, for the clone's (shifted) time."""
-    value, chars = int(moment.timestamp() * 1000), []
-    for _ in range(10):
-        value, digit = divmod(value, 32)
-        chars.append(_ALPHABET[digit])
-    rand = random.getrandbits(80)
-    tail = []
-    for _ in range(16):
-        rand, digit = divmod(rand, 32)
-        tail.append(_ALPHABET[digit])
-    return f"{prefix}_{''.join(reversed(chars))}{''.join(reversed(tail))}"
-
-
-class Clone:
-    """One copy of a template: an id map filled as ids are met, and a time offset."""
-
-    def __init__(self, shift: timedelta, now: datetime) -> None:
-        self.shift = shift
-        self.moment = now + shift
-        self.ids: dict[str, str] = {}
-
-    def _replace(self, match: re.Match) -> str:
-        found = match.group("id")
-        if found is not None:
-            new = self.ids.get(found)
-            if new is None:
-                new = self.ids[found] = _sortable_id(found.split("_", 1)[0], self.moment)
-            return new
-        text = match.group("time")
-        moment = datetime.fromisoformat(text.replace(" ", "T")) + self.shift
-        return moment.strftime(f"%Y-%m-%d{text[10]}%H:%M:%S")
-
-    def text(self, value: str) -> str:
-        return ID_OR_TIME.sub(self._replace, value)
-
-    def value(self, value: Any) -> Any:
-        if isinstance(value, str):
-            return self.text(value)
-        if isinstance(value, datetime):
-            return value + self.shift
-        if isinstance(value, dict | list):
-            return self.text(json.dumps(value))
-        return value
-
-    def events(self, template: list[dict[str, Any]]) -> Iterator[tuple]:
-        prev_hash = GENESIS_HASH
-        for row in template:
-            event = SimpleNamespace(**{k: self.value(v) for k, v in row.items()})
-            event.payload = json.loads(event.payload)
-            event.prev_hash = prev_hash
-            event.hash = prev_hash = compute_hash(event)
-            yield tuple(
-                json.dumps(event.payload) if c == "payload" else getattr(event, c)
-                for c in EVENT_COLUMNS
-            )
+# --- clones (bench/pages_clone.py) ---------------------------------------------------------
 
 
 def copy_clones(batch: list[tuple[Template, Clone]]) -> int:
     """Write one batch of clones with one COPY per table; returns the events written."""
     written = 0
     raw = connection.connection  # psycopg 3: COPY FROM STDIN with rows, no text escaping here
+    for template, clone in batch:
+        clone.prepare(template.compiled)
     with transaction.atomic(), raw.cursor() as cursor:
         for table, _ in CLONED_TABLES:
             columns = batch[0][0].rows[table][0]
             names = ", ".join(columns)
             with cursor.copy(f"COPY {table} ({names}) FROM STDIN") as copy:
                 for template, clone in batch:
-                    for row in template.rows[table][1]:
-                        copy.write_row([clone.value(v) for v in row])
+                    for cells in template.cells[table]:
+                        copy.write_row(clone.row(cells))
         with cursor.copy(f"COPY runs_event ({', '.join(EVENT_COLUMNS)}) FROM STDIN") as copy:
             for template, clone in batch:
-                for row in clone.events(template.events):
+                rows = clone.events(template.shapes)
+                if not template.checked:
+                    check_hashes(rows, EVENT_COLUMNS)
+                    template.checked = True
+                for row in rows:
                     copy.write_row(row)
-                    written += 1
+                written += len(rows)
     return written
 
 

@@ -3,98 +3,106 @@ packet. Its commands are in toolcalls/commands.py."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
-from django.db.models import OuterRef, Q, Subquery
+from django.db.models import Count, Exists, OuterRef, Q, QuerySet, Subquery
 from django.utils import timezone
 
 from approvals.models import Approval
 from runs.models import Event, Run, Tenant
 from toolcalls import capabilities
-from toolcalls.models import E, Receipt, ToolCall, V
+from toolcalls.models import DESK_STATUSES, E, Receipt, ToolCall, V
 
 # --- reads ----------------------------------------------------------------------------------
 
 
-def _entered(event_type: str) -> Subquery:
-    return Subquery(
-        Event.objects.filter(tool_call_id=OuterRef("pk"), event_type=event_type)
-        .order_by("-seq")
-        .values("occurred_at")[:1]
-    )
-
-
 def desk_has_items(*, tenant: Tenant) -> bool:
     """Is anything waiting on the desk? Two EXISTS queries, for the start page."""
-    stuck = Q(execution_status__in=ToolCall.UNKNOWN) | Q(
-        execution_status=E.DISPATCHING, lease_expires_at__lt=timezone.now()
-    )
     return (
-        ToolCall.objects.filter(stuck, tenant=tenant).exists()
+        _stuck_calls(tenant, timezone.now()).exists()
         or Run.objects.filter(tenant=tenant, state=Run.State.NEEDS_HUMAN).exists()
     )
 
 
-def desk_items(*, tenant: Tenant) -> list[dict[str, Any]]:
-    """Unknown outcomes, dispatches whose worker's lease expired, and runs that need a person,
-    longest dwell first."""
+def _stuck_calls(tenant: Tenant, now: datetime) -> QuerySet[ToolCall]:
+    # The DESK_STATUSES filter repeats the partial index's condition so that PostgreSQL uses
+    # it; the second filter leaves out dispatches whose worker still holds the lease.
+    return ToolCall.objects.filter(tenant=tenant, execution_status__in=DESK_STATUSES).filter(
+        Q(execution_status__in=ToolCall.UNKNOWN) | Q(lease_expires_at__lt=now)
+    )
+
+
+def _runs_needing_a_person(tenant: Tenant, now: datetime) -> QuerySet[Run]:
+    """Runs handed to a person with none of their calls on the desk (those show the run)."""
+    return Run.objects.filter(tenant=tenant, state=Run.State.NEEDS_HUMAN).exclude(
+        Exists(_stuck_calls(tenant, now).filter(run=OuterRef("pk")))
+    )
+
+
+def desk_items(*, tenant: Tenant, limit: int) -> list[dict[str, Any]]:
+    """The `limit` longest waits on the desk: unknown outcomes, dispatches whose worker's lease
+    expired, and runs that need a person. Ordered and cut in SQL, on the calls' stored
+    `status_since` (toolcall_desk index), so an outage's thousands of calls cost no more than
+    a hundred."""
     now = timezone.now()
     items: list[dict[str, Any]] = []
     calls = (
-        ToolCall.objects.filter(tenant=tenant)
-        .filter(
-            Q(execution_status__in=ToolCall.UNKNOWN)
-            | Q(execution_status=E.DISPATCHING, lease_expires_at__lt=now)
-        )
+        _stuck_calls(tenant, now)
         .select_related("run", "desk_owner")
-        # The list shows none of these, and during an outage it reads thousands of rows.
         .defer("args", "result", "last_error_message", "run__metadata")
-        .annotate(
-            unknown_since=_entered("tool_call.result_unknown"),
-            human_since=_entered("tool_call.needs_human"),
-            dispatched_since=_entered("tool_call.dispatching"),
-        )
+        .order_by("status_since", "id")[:limit]
     )
     for call in calls:
-        since = {
-            E.RESULT_UNKNOWN: call.unknown_since,
-            E.NEEDS_HUMAN: call.human_since,
-        }.get(call.execution_status, call.dispatched_since)
         kind = "lease_expired" if call.execution_status == E.DISPATCHING else call.execution_status
-        items.append({"kind": kind, "call": call, "run": call.run, "since": since or now})
-    flagged_runs = {item["run"].pk for item in items}
-    runs = Run.objects.filter(tenant=tenant, state=Run.State.NEEDS_HUMAN).annotate(
-        human_since=Subquery(
-            Event.objects.filter(run=OuterRef("pk"), event_type="run.needs_human")
-            .order_by("-seq")
-            .values("occurred_at")[:1]
+        items.append({"kind": kind, "call": call, "run": call.run, "since": call.status_since})
+    # Runs needing a person are few (a run waits for one person, not for an outage): their
+    # time is their last run.needs_human event.
+    runs = (
+        _runs_needing_a_person(tenant, now)
+        .annotate(
+            human_since=Subquery(
+                Event.objects.filter(run=OuterRef("pk"), event_type="run.needs_human")
+                .order_by("-seq")
+                .values("occurred_at")[:1]
+            )
         )
+        .order_by("human_since")[:limit]
     )
     for run in runs:
-        if run.pk not in flagged_runs:
-            items.append(
-                {
-                    "kind": "run_needs_human",
-                    "call": None,
-                    "run": run,
-                    "since": run.human_since or now,
-                }
-            )
+        since = run.human_since or now
+        items.append({"kind": "run_needs_human", "call": None, "run": run, "since": since})
     for item in items:
         item["dwell_seconds"] = int((now - item["since"]).total_seconds())
-    return sorted(items, key=lambda item: item["since"])
+    return sorted(items, key=lambda item: item["since"])[:limit]
 
 
-def systems_of(items: list[dict[str, Any]]) -> list[tuple[str, int]]:
-    """The external systems with unknown outcomes on the desk, and how many each (during an
-    outage an admin looks them all up at once)."""
-    counts: dict[str, int] = {}
-    for item in items:
-        call = item["call"]
-        capability = capabilities.get(call.capability_id) if call else None
+@dataclass(frozen=True)
+class DeskCounts:
+    items: int
+    systems: list[tuple[str, int]]  # external systems with unknown outcomes, and how many
+
+
+def desk_counts(*, tenant: Tenant) -> DeskCounts:
+    """How many items the desk holds, and per external system how many have a look-up (during
+    an outage an admin looks them all up at once): counted on the toolcall_desk index only."""
+    now = timezone.now()
+    by_capability = (
+        _stuck_calls(tenant, now)
+        .order_by()
+        .values("capability_id")
+        .annotate(count=Count("*"))
+        .values_list("capability_id", "count")
+    )
+    calls, systems = 0, {}
+    for capability_id, count in by_capability:
+        calls += count
+        capability = capabilities.get(capability_id)
         if capability and capability.lookup_path:
-            counts[capability.system] = counts.get(capability.system, 0) + 1
-    return sorted(counts.items())
+            systems[capability.system] = systems.get(capability.system, 0) + count
+    runs = _runs_needing_a_person(tenant, now).count()
+    return DeskCounts(calls + runs, sorted(systems.items()))
 
 
 def handoff(call: ToolCall) -> dict[str, Any]:

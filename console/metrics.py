@@ -14,27 +14,32 @@ from datetime import datetime, timedelta
 from django.db.models import (
     CharField,
     Count,
-    DurationField,
-    ExpressionWrapper,
     F,
     Min,
     OuterRef,
     Q,
     QuerySet,
     Subquery,
-    Sum,
     Value,
 )
 from django.db.models.fields.json import KT
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from approvals.models import Approval
+from approvals import latency
+from approvals.models import ApprovalLatency
 from runs.models import Event, Run, Tenant
-from toolcalls.models import CircuitBreaker, E, Execution, Receipt, ToolCall, Verification
+from toolcalls.models import (
+    DESK_STATUSES,
+    CircuitBreaker,
+    E,
+    Execution,
+    Receipt,
+    ToolCall,
+    Verification,
+)
 
-# People decide in seconds to hours; beyond a day an approval has usually expired.
-APPROVAL_LATENCY_BUCKETS = (10, 30, 60, 300, 900, 1800, 3600, 4 * 3600, 24 * 3600)
+APPROVAL_LATENCY_BUCKETS = latency.BUCKETS
 ATTEMPTS_BUCKETS = (1, 2, 3, 5, 10)
 # A look-up settles most unknowns in seconds; hours mean a person should look.
 UNKNOWN_DWELL_BUCKETS = (60, 300, 900, 3600, 4 * 3600, 24 * 3600)
@@ -193,7 +198,7 @@ def collect(*, tenant: Tenant | None, now: datetime | None = None) -> dict[str, 
     for slug, capability, state in breakers.values_list("tenant__slug", "capability_id", "state"):
         figures[slug].breakers[capability] = state
 
-    _approval_latency(events, figures)
+    _approval_latency(tenant, slugs, figures)
     return figures
 
 
@@ -226,24 +231,18 @@ def _unknown_dwell(
     figures: dict[str, TenantFigures],
     now: datetime,
 ) -> None:
-    """How long each call still in result_unknown has been there, bucketed in SQL. A call
-    enters it by a tool_call.result_unknown event (a lost answer or an expired lease); the
-    latest counts if it went round more than once. One probe per unknown call into a partial
-    index that holds only those events."""
-    entered = (
-        Event.objects.filter(tool_call_id=OuterRef("pk"), event_type="tool_call.result_unknown")
-        .order_by("-occurred_at")
-        .values("occurred_at")[:1]
-    )
+    """How long each call still in result_unknown has been there, bucketed in SQL, from the
+    time it entered its status (`status_since`, stamped with its tool_call.result_unknown
+    event): read from the desk's partial index, without probing the log per call."""
     buckets = {
-        f"le_{i}": Count("pk", filter=Q(entered__gte=now - timedelta(seconds=bound)))
+        f"le_{i}": Count("pk", filter=Q(status_since__gte=now - timedelta(seconds=bound)))
         for i, bound in enumerate(UNKNOWN_DWELL_BUCKETS)
     }
     rows = (
-        calls.filter(execution_status=E.RESULT_UNKNOWN)
-        .annotate(entered=Coalesce(Subquery(entered), "updated_at"))
+        calls.filter(execution_status__in=DESK_STATUSES)
+        .filter(execution_status=E.RESULT_UNKNOWN)
         .values("tenant_id")
-        .annotate(oldest=Min("entered"), n=Count("pk"), **buckets)
+        .annotate(oldest=Min("status_since"), n=Count("pk"), **buckets)
     )
     for row in rows:
         tenant_figures = figures[slugs[row["tenant_id"]]]
@@ -269,30 +268,20 @@ def _duplicate_effects(events: QuerySet[Event]) -> QuerySet:
     )
 
 
-def _approval_latency(events: QuerySet[Event], figures: dict[str, TenantFigures]) -> None:
-    """Seconds from an approval's creation to the event that decided it, bucketed in SQL."""
-    requested = (
-        Approval.objects.filter(pk=OuterRef("approval_id")).order_by().values("created_at")[:1]
+def _approval_latency(
+    tenant: Tenant | None, slugs: dict[int, str], figures: dict[str, TenantFigures]
+) -> None:
+    """From the latency counts (approvals/latency.py): a few rows per tenant, kept in the
+    transactions that decided, whatever the number of decisions."""
+    rows = _scoped(ApprovalLatency.objects.order_by(), tenant).values_list(
+        "tenant_id", "bucket", "count", "total_us"
     )
-    decided = (
-        events.filter(event_type__in=("approval.approved", "approval.rejected"))
-        .exclude(approval_id="")
-        .annotate(
-            latency=ExpressionWrapper(
-                F("occurred_at") - Subquery(requested), output_field=DurationField()
-            )
-        )
-    )
-    buckets = {
-        f"le_{i}": Count("occurred_at", filter=Q(latency__lte=timedelta(seconds=bound)))
-        for i, bound in enumerate(APPROVAL_LATENCY_BUCKETS)
-    }
-    rows = decided.values("tenant__slug").annotate(n=Count("*"), total=Sum("latency"), **buckets)
-    for row in rows:
-        histogram = figures[row["tenant__slug"]].approval_latency
-        histogram.count = row["n"]
-        histogram.total = row["total"].total_seconds() if row["total"] else 0.0
-        histogram.cumulative = [row[f"le_{i}"] for i in range(len(histogram.bounds))]
+    for tenant_id, bucket, count, total_us in rows:
+        histogram = figures[slugs[tenant_id]].approval_latency
+        histogram.count += count
+        histogram.total += total_us / 1_000_000
+        for i in range(bucket, len(histogram.bounds)):
+            histogram.cumulative[i] += count
 
 
 # --- Prometheus text format 0.0.4 ------------------------------------------------------------

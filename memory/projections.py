@@ -107,7 +107,10 @@ register_projection(
 
 def _into_trace(handler: Handler) -> Any:
     def reduce(rows: Rows, event: Event, payload: dict[str, Any]) -> None:
-        handler(rows.setdefault(event.run_id, new_trace(event.run_id)), event, payload)
+        trace = rows.get(event.run_id)
+        if trace is None:
+            trace = rows[event.run_id] = new_trace(event.run_id)
+        handler(trace, event, payload)
 
     return reduce
 

@@ -97,7 +97,12 @@ def iso(moment: datetime) -> str:
 
 def compute_hash(event: Event) -> str:
     """The hash of everything an event says, chained to the run's previous event."""
-    body = {
+    return hash_body(event_body(event))
+
+
+def event_body(event: Event) -> dict[str, Any]:
+    """What an event's hash covers (bench/pages_seed.py clones its canonical form)."""
+    return {
         "id": event.id,
         "run": event.run_id,
         "seq": event.seq,
@@ -118,7 +123,6 @@ def compute_hash(event: Event) -> str:
         "payload": event.payload,
         "prev_hash": event.prev_hash,
     }
-    return hash_body(body)
 
 
 def hash_body(body: dict[str, Any]) -> str:

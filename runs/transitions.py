@@ -10,6 +10,7 @@ through `runs.outbox.enqueue` in the same transaction; it is published on commit
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from django.db import connection, models
@@ -33,6 +34,7 @@ def apply(
     ids: events.Ids = events.NO_IDS,
     reason: str = "",
     refusal: str,
+    occurred_at: datetime | None = None,
     **details: Any,
 ) -> Event:
     """Apply transition `action` of `obj`, append its event with `from`, `to`, `reason` and any
@@ -49,7 +51,13 @@ def apply(
         payload["reason"] = reason
     payload.update({key: value for key, value in details.items() if value not in (None, "")})
     event = events.append(
-        run=run, event_type=event_type, payload=payload, producer=producer, actor=actor, ids=ids
+        run=run,
+        event_type=event_type,
+        payload=payload,
+        producer=producer,
+        actor=actor,
+        ids=ids,
+        occurred_at=occurred_at,
     )
     # A row that knows what it was read with writes only what changed (runs/changes.py).
     changed = obj.changed_fields() if isinstance(obj, SavesChangedFields) else None

@@ -4,6 +4,8 @@ they found before: a tampered event, a row changed behind its events."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection, transaction
@@ -86,3 +88,43 @@ def test_rebuild_projections_compares_batch_by_batch(
     out = capsys.readouterr().out
     assert "content stored={'i': 99} rebuilt={'i': 2}" in out
     assert "kind stored='changed' rebuilt='judgment'" in out
+
+
+# Integers orjson holds in 64 bits and those it would read as floats, beside AWKWARD's floats.
+LONG_NUMBERS = {
+    "max_u64": 2**64 - 1,
+    "past_u64": 2**64,
+    "min_i64": -(2**63),
+    "past_i64": -(2**63) - 1,
+    "huge": 10**30,
+    "in_text": "1234567890123456789012",
+}
+
+
+def test_the_replay_reads_payloads_as_json_loads_does(tenant: Tenant, capsys) -> None:
+    # The log itself holds integers up to 2**53 (RFC 8785); the loader is checked past that.
+    finished_run(tenant, "numbers", {**AWKWARD, "safe": 2**53 - 1, "text": LONG_NUMBERS["in_text"]})
+    call_command("rebuild_projections", "--verify")
+    assert "OK: replayed 3 events" in capsys.readouterr().out
+    loader = projections._PayloadLoader(0)
+    for value in ({**AWKWARD, **LONG_NUMBERS}, LONG_NUMBERS, AWKWARD, [1, 2.5, "x"]):
+        data = json.dumps(value).encode()
+        assert loader.load(data) == json.loads(data)
+        assert [type(v) for v in _leaves(loader.load(data))] == [
+            type(v) for v in _leaves(json.loads(data))
+        ]
+
+
+def _leaves(value: object) -> list:
+    if isinstance(value, dict):
+        return [leaf for key in sorted(value) for leaf in _leaves(value[key])]
+    if isinstance(value, list):
+        return [leaf for item in value for leaf in _leaves(item)]
+    return [value]
+
+
+def test_a_decision_changed_behind_its_event_is_found_by_the_fast_replay(tenant: Tenant) -> None:
+    run = finished_run(tenant, "changed", {"n": 2**53 - 1, "when": "2026-12-01T04:00:00Z"})
+    Decision.objects.filter(run=run).update(content={"n": 2**53 - 2, "when": "2026-12-01"})
+    problems = projections.verify()
+    assert len(problems) == 1 and "content" in problems[0], problems

@@ -28,6 +28,7 @@ OWN = {
     "args_digest",
     "object_ref",
     "created_at",
+    "status_since",  # when this call entered its status, like its other times
     "updated_at",
     "lease_expires_at",
 }

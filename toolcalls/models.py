@@ -10,6 +10,7 @@ from __future__ import annotations
 from functools import partial
 
 from django.db import models
+from django.utils import timezone
 from django_fsm import FSMField, FSMModelMixin, transition
 
 from runs.changes import SavesChangedFields
@@ -76,6 +77,8 @@ TERMINAL_STATUSES = frozenset(
 E = Execution
 V = Verification
 S = AgentStatus
+# What the unknowns desk may show (dispatches only once their lease expired).
+DESK_STATUSES = (E.RESULT_UNKNOWN, E.NEEDS_HUMAN, E.DISPATCHING)
 
 
 class ToolCall(FSMModelMixin, SavesChangedFields, models.Model):
@@ -97,6 +100,8 @@ class ToolCall(FSMModelMixin, SavesChangedFields, models.Model):
     # Our id for the operation at the external system, for look-ups; fixed at proposal too.
     external_request_id = models.CharField(max_length=40, unique=True)
     execution_status = FSMField(default=E.PROPOSED, choices=E.choices, protected=True)
+    # When execution_status last changed (with its event): the desk's order, without the log.
+    status_since = models.DateTimeField(default=timezone.now)
     verification_status = FSMField(default=V.NOT_OBSERVED, choices=V.choices, protected=True)
     # Incremented by every claim; an outcome is recorded only with the current token.
     fencing_token = models.PositiveIntegerField(default=0)
@@ -140,6 +145,13 @@ class ToolCall(FSMModelMixin, SavesChangedFields, models.Model):
             models.Index(
                 fields=["tenant", "execution_status", "verification_status", "fencing_token"],
                 name="toolcall_figures",
+            ),
+            # The desk: longest waits first and counts by capability, from this index alone.
+            models.Index(
+                fields=["tenant", "status_since"],
+                include=["execution_status", "lease_expires_at", "capability_id"],
+                condition=models.Q(execution_status__in=DESK_STATUSES),
+                name="toolcall_desk",
             ),
         ]
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
+from django.utils import timezone
 
 from runs import events, logcontext, transitions
 from runs.errors import DomainError, not_found
@@ -57,6 +58,11 @@ def tool_call_transition(
     chat channels, in the same transaction."""
     verification = action in VERIFICATION_EVENTS
     status_before = call.agent_status
+    # The call's status_since is its event's time, to the microsecond (the desk and /metrics
+    # read the dwell from the row, the audit from the log: they agree).
+    moment = timezone.now()
+    if not verification:
+        call.status_since = moment
     event = transitions.apply(
         call,
         action,
@@ -68,6 +74,7 @@ def tool_call_transition(
         ids=tool_call_ids(call),
         reason=reason,
         refusal=errors.INVALID_STATE,
+        occurred_at=moment,
         **details,
     )
     if call.agent_status != status_before and call.is_terminal:

@@ -278,3 +278,25 @@ def test_the_desk_shows_the_longest_waits_and_counts_the_rest(
     assert calls[0].pk in page and calls[1].pk in page and calls[2].pk not in page
     assert "And 1 more, waiting less long" in page
     assert "Look up all 3 at payments" in page
+
+
+def test_each_transition_stamps_when_the_call_entered_its_status(agent, sandbox) -> None:
+    call = unknown_call(agent, sandbox)
+    to_needs_human(call)
+    call.refresh_from_db()
+    moves = list(Event.objects.filter(tool_call_id=call.pk).order_by("seq"))
+    entered = next(e for e in reversed(moves) if e.event_type == "tool_call.needs_human")
+    before = moves[moves.index(entered) - 1]
+    # Stamped with its event, in the same transaction.
+    assert before.occurred_at < call.status_since == entered.occurred_at
+
+
+def test_the_desk_orders_by_the_stored_time_not_by_the_events(
+    admin: Client, agent: ApiClient, sandbox: Sandbox
+) -> None:
+    first = unknown_call(agent, sandbox, intent="first")
+    second = unknown_call(agent, sandbox, args={**REFUND, "amount_cents": 100}, intent="second")
+    ToolCall.objects.filter(pk=first.pk).update(status_since=second.status_since)
+    ToolCall.objects.filter(pk=second.pk).update(status_since="2000-01-01T00:00:00Z")
+    page = admin.get("/desk/").content.decode()
+    assert page.index(second.pk) < page.index(first.pk)
