@@ -13,6 +13,15 @@ UPDATE toolcalls_toolcall t SET status_since = COALESCE(
 """
 
 
+def backfill(apps, schema_editor):
+    # SQLite (the embedded demo) has no alias in UPDATE and keeps payloads as text: its rows
+    # start from their creation time, which only shortens the dwell the desk shows for them.
+    if schema_editor.connection.vendor == "postgresql":
+        schema_editor.execute(BACKFILL)
+    else:
+        schema_editor.execute("UPDATE toolcalls_toolcall SET status_since = created_at")
+
+
 class Migration(migrations.Migration):
     dependencies = [
         ("runs", "0011_run_end_credentials_archive"),
@@ -27,7 +36,7 @@ class Migration(migrations.Migration):
             field=models.DateTimeField(default=django.utils.timezone.now),
         ),
         # Rows that exist already: the time of the last event that moved them to their status.
-        migrations.RunSQL(BACKFILL, migrations.RunSQL.noop),
+        migrations.RunPython(backfill, migrations.RunPython.noop),
         migrations.AddIndex(
             model_name="toolcall",
             index=models.Index(
