@@ -138,6 +138,34 @@ def publishing(message: OutboxMessage) -> contextlib.AbstractContextManager[Any]
     )
 
 
+def draining(task: str, traceparents: list[str | None]) -> contextlib.AbstractContextManager[Any]:
+    """The span of a drainer handing a batch of outbox rows to their task's handler
+    (runs/drain.py). A batch of one continues the trace of the span that wrote the row, as a
+    published task does; a larger batch starts its own trace, linked to each row's."""
+    if not enabled():
+        return contextlib.nullcontext()
+    from opentelemetry import trace
+    from opentelemetry.trace import Link, SpanKind
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    contexts = [
+        trace.get_current_span(TraceContextTextMapPropagator().extract({"traceparent": tp}))
+        .get_span_context()
+        for tp in traceparents
+        if tp
+    ]
+    parent = None
+    if len(traceparents) == 1 and traceparents[0]:
+        parent = TraceContextTextMapPropagator().extract({"traceparent": traceparents[0]})
+    return _tracer.start_as_current_span(
+        f"drain/{task}",
+        context=parent,
+        kind=SpanKind.CONSUMER,
+        links=[Link(context) for context in contexts] if parent is None else None,
+        attributes={"outbox.task": task, "outbox.batch_size": len(traceparents)},
+    )
+
+
 def current_trace_ids() -> dict[str, str]:
     """trace_id and span_id of the current span, for a log line; empty when off or none."""
     if not enabled():

@@ -13,3 +13,17 @@ class ToolcallsConfig(AppConfig):
         # the chat channels as listeners of escalations (approvals/notifications.py). The
         # lifecycle registers what a run's end closes (runs/run_end.py).
         from toolcalls import capabilities, channels, event_types, lifecycle, projections  # noqa: F401
+
+        register_drain_handlers()
+
+
+def register_drain_handlers() -> None:
+    """Ready calls are dispatched by the outbox drainer in batches (runs/drain.py): one wake-up
+    per burst instead of one Celery message per call. Every process registers it, the web's
+    too: its commits must know to wake a drainer. The approved-call task
+    (`toolcalls.dispatch_approved`, the interactive queue) keeps a message of its own."""
+    from runs import drain
+    from toolcalls.tasks import dispatch_drained
+    from toolcalls.writes import DISPATCH_TASK
+
+    drain.register_batch(DISPATCH_TASK, dispatch_drained)
