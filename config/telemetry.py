@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from runs import logcontext
@@ -136,6 +137,23 @@ def publishing(message: OutboxMessage) -> contextlib.AbstractContextManager[Any]
         kind=SpanKind.PRODUCER,
         attributes={"outbox.message_id": message.pk, "outbox.task": message.task},
     )
+
+
+@contextlib.contextmanager
+def outside_any_trace() -> Iterator[None]:
+    """Run the block in no trace: a drainer's wake-up serves every row committed before its
+    drainer starts, not the request that happened to publish it, so the drain task and its
+    leases start a trace of their own (each row's handling joins the row's trace: `draining`)."""
+    if not enabled():
+        yield
+        return
+    from opentelemetry import context
+
+    token = context.attach(context.Context())
+    try:
+        yield
+    finally:
+        context.detach(token)
 
 
 def draining(task: str, traceparents: list[str | None]) -> contextlib.AbstractContextManager[Any]:

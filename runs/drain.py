@@ -96,7 +96,8 @@ def wake() -> bool:
     try:
         if not client.set(WAKE_FLAG, "1", nx=True, ex=settings.OUTBOX_WAKE_TTL_SECONDS):
             return False  # a wake-up is on its way and its drainer has not started yet
-        app.send_task(WAKE_TASK)
+        with telemetry.outside_any_trace():
+            app.send_task(WAKE_TASK)
     except Exception:
         # Redis is down or slow: the rows stay undone, the sweeper wakes a drainer (or
         # republishes them) later. Drop the flag if we can, so the next row tries again.

@@ -23,7 +23,19 @@ def register_drain_handlers() -> None:
     too: its commits must know to wake a drainer. The approved-call task
     (`toolcalls.dispatch_approved`, the interactive queue) keeps a message of its own."""
     from runs import drain
-    from toolcalls.tasks import dispatch_drained
     from toolcalls.writes import DISPATCH_TASK
 
     drain.register_batch(DISPATCH_TASK, dispatch_drained)
+
+
+def dispatch_drained(items: list[tuple[list, str]]) -> None:
+    """The drainer's handler of `toolcalls.dispatch` rows: the task's work, for a batch. Not in
+    tasks.py, which a web process does not import."""
+    from runs import logcontext
+    from toolcalls.dispatch_batch import tool_calls_dispatch_batch
+
+    if len(items) == 1:
+        # As a task binds its arguments' ids: the statements before the call is loaded (the
+        # outbox row's mark) name it in logs and spans too.
+        logcontext.start(tool_call_id=items[0][0][0])
+    tool_calls_dispatch_batch([(args[0], outbox_id) for args, outbox_id in items])

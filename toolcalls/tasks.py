@@ -7,7 +7,6 @@ from celery import shared_task
 
 from runs.faults import crashpoint
 from toolcalls import dispatch, gate, reconcile, sweeps, verify, webhooks
-from toolcalls.dispatch_batch import tool_calls_dispatch_batch
 
 
 @shared_task(name="toolcalls.dispatch")
@@ -49,9 +48,3 @@ def sweep_leases() -> int:
 def expire_approvals() -> int:
     return gate.approvals_expire_due()
 
-
-def dispatch_drained(items: list[tuple[list, str]]) -> None:
-    """The outbox drainer's handler of `toolcalls.dispatch` rows (runs/drain.py): the same
-    work as the task above, for a batch. Registered in apps.py, in every process, so that the
-    web's commits know to wake a drainer instead of publishing each row."""
-    tool_calls_dispatch_batch([(args[0], outbox_id) for args, outbox_id in items])
