@@ -156,19 +156,30 @@ def lease(limit: int, tasks: list[str] | None = None) -> list[Leased]:
 
 
 def outbox_drain(limit: int | None = None) -> int:
-    """Lease and handle batches until a lease comes back empty (or OUTBOX_DRAIN_MAX_SECONDS
-    passed: then another drainer is woken to go on). Returns how many rows were handed over."""
+    """Lease and handle batches until a lease comes back short of `limit` (or
+    OUTBOX_DRAIN_MAX_SECONDS passed: then another drainer is woken to go on). Returns how many
+    rows were handed over.
+
+    A short lease ends the drain without one more, empty, lease (a statement per drain, which
+    is a statement per call when calls come one at a time): a row it did not see was not yet
+    committed when it ran, hence after the flag was cleared, and its producer's SET NX came
+    later still — so that producer woke a drainer, or found the flag of one woken after the
+    clearing, whose drainer clears the flag and leases after that row committed (see `wake`).
+    A row it skipped because another drainer holds it is that drainer's."""
     limit = limit or settings.OUTBOX_DRAIN_BATCH
     _clear_flag()
     deadline = time.monotonic() + settings.OUTBOX_DRAIN_MAX_SECONDS
     handled = 0
     while rows := lease(limit):
-        if len(rows) == limit:
-            # A full batch: more is likely waiting. Wake a peer to drain beside this one
-            # (another worker process), instead of leaving it idle behind this loop.
+        full = len(rows) == limit
+        if full:
+            # More is likely waiting. Wake a peer to drain beside this one (another worker
+            # process), instead of leaving it idle behind this loop.
             wake()
         _hand_over(rows)
         handled += len(rows)
+        if not full:
+            break
         if time.monotonic() > deadline:
             # Leave the rest to a fresh task: far from the task's time limit, and the queue's
             # other messages get a worker in between.
