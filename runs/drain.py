@@ -214,4 +214,7 @@ def _hand_over(rows: list[Leased]) -> None:
             # The rows it did not mark done come back when their lease ends; the other
             # tasks' rows of this lease are still handled.
             log.exception("outbox: the batch handler of %s failed on %d rows", task, len(group))
-    logcontext.start()
+    if len(rows) > 1:
+        # The task's closing log line ("succeeded") names no single call of a batch; a batch of
+        # one keeps its call's ids there, as a task of its own did.
+        logcontext.start()
