@@ -204,17 +204,25 @@ def _hand_over(rows: list[Leased]) -> None:
     groups: dict[str, list[Leased]] = {}
     for row in rows:
         groups.setdefault(row[1], []).append(row)
+    failed: Exception | None = None
     for task, group in groups.items():
         logcontext.start()  # no ids of an earlier batch on this one's log lines
         items: Items = [(args, pk) for pk, _, args, _ in group]
         try:
             with telemetry.draining(task, [row[3] for row in group]):
                 _handlers[task](items)
-        except Exception:
+        except Exception as error:
             # The rows it did not mark done come back when their lease ends; the other
             # tasks' rows of this lease are still handled.
             log.exception("outbox: the batch handler of %s failed on %d rows", task, len(group))
+            failed = failed or error
     if len(rows) > 1:
         # The task's closing log line ("succeeded") names no single call of a batch; a batch of
         # one keeps its call's ids there, as a task of its own did.
         logcontext.start()
+    if failed is not None:
+        # The drain task fails as the task it replaces did (a broken database connection is
+        # dropped after it; "raised unexpected" in the worker's log). No row waits on it: a
+        # full lease already woke a peer, and rows committed since the flag was cleared woke
+        # drainers of their own.
+        raise failed

@@ -332,7 +332,7 @@ OUTBOX_MAX_REPUBLISHES = int(os.environ.get("OUTBOX_MAX_REPUBLISHES", "20"))
 # click (the `interactive` queue) waits for; and the wake-up flag's life, which bounds what a
 # lost wake-up costs.
 OUTBOX_DRAIN_BATCH = int(os.environ.get("OUTBOX_DRAIN_BATCH", "20"))
-OUTBOX_DRAIN_LEASE_SECONDS = float(os.environ.get("OUTBOX_DRAIN_LEASE_SECONDS", "60"))
+OUTBOX_DRAIN_LEASE_SECONDS = float(os.environ.get("OUTBOX_DRAIN_LEASE_SECONDS", "30"))
 OUTBOX_DRAIN_MAX_SECONDS = float(os.environ.get("OUTBOX_DRAIN_MAX_SECONDS", "2"))
 OUTBOX_WAKE_TTL_SECONDS = int(os.environ.get("OUTBOX_WAKE_TTL_SECONDS", "5"))
 # How often beat sweeps: expired leases, outbox messages nobody took.
