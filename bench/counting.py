@@ -2,7 +2,8 @@
 
 `bench_dispatch` starts its workers with `-A bench.counting`. Every statement that goes
 through Django's cursor wrapper is counted in the process; after each task the count is
-added to a Redis counter that the benchmark reads at the end. Nothing here runs in the
+added to a Redis counter that the benchmark reads at the end, and so is the task's name (how
+many Celery messages the workers took, by task). Nothing here runs in the
 product: it is imported only by benchmark workers.
 """
 
@@ -15,7 +16,7 @@ import redis
 from celery.signals import task_postrun
 from django.db.backends import utils
 
-from bench import WORKER_STATEMENTS
+from bench import WORKER_STATEMENTS, WORKER_TASKS
 from config.celery_app import app
 
 _lock = threading.Lock()
@@ -45,12 +46,15 @@ utils.CursorWrapper.executemany = _counted_executemany
 
 
 @task_postrun.connect
-def _flush(**_: Any) -> None:
+def _flush(sender: Any = None, **_: Any) -> None:
     global _pending
     with _lock:
         counted, _pending = _pending, 0
+    pipe = redis.Redis.from_url(app.conf.broker_url).pipeline(transaction=False)
     if counted:
-        redis.Redis.from_url(app.conf.broker_url).incrby(WORKER_STATEMENTS, counted)
+        pipe.incrby(WORKER_STATEMENTS, counted)
+    pipe.hincrby(WORKER_TASKS, getattr(sender, "name", "?"), 1)
+    pipe.execute()
 
 
 __all__ = ("app",)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from runs import logcontext
@@ -135,6 +136,51 @@ def publishing(message: OutboxMessage) -> contextlib.AbstractContextManager[Any]
         context=parent,
         kind=SpanKind.PRODUCER,
         attributes={"outbox.message_id": message.pk, "outbox.task": message.task},
+    )
+
+
+@contextlib.contextmanager
+def outside_any_trace() -> Iterator[None]:
+    """Run the block in no trace: a drainer's wake-up serves every row committed before its
+    drainer starts, not the request that happened to publish it, so the drain task and its
+    leases start a trace of their own (each row's handling joins the row's trace: `draining`)."""
+    if not enabled():
+        yield
+        return
+    from opentelemetry import context
+
+    token = context.attach(context.Context())
+    try:
+        yield
+    finally:
+        context.detach(token)
+
+
+def draining(task: str, traceparents: list[str | None]) -> contextlib.AbstractContextManager[Any]:
+    """The span of a drainer handing a batch of outbox rows to their task's handler
+    (runs/drain.py). A batch of one continues the trace of the span that wrote the row, as a
+    published task does; a larger batch starts its own trace, linked to each row's."""
+    if not enabled():
+        return contextlib.nullcontext()
+    from opentelemetry import trace
+    from opentelemetry.trace import Link, SpanKind
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    contexts = [
+        trace.get_current_span(TraceContextTextMapPropagator().extract({"traceparent": tp}))
+        .get_span_context()
+        for tp in traceparents
+        if tp
+    ]
+    parent = None
+    if len(traceparents) == 1 and traceparents[0]:
+        parent = TraceContextTextMapPropagator().extract({"traceparent": traceparents[0]})
+    return _tracer.start_as_current_span(
+        f"drain/{task}",
+        context=parent,
+        kind=SpanKind.CONSUMER,
+        links=[Link(context) for context in contexts] if parent is None else None,
+        attributes={"outbox.task": task, "outbox.batch_size": len(traceparents)},
     )
 
 

@@ -12,6 +12,7 @@ from django.db.models import F, QuerySet
 from django.utils import timezone
 
 from config import telemetry
+from runs import drain
 from runs.models import OutboxMessage
 
 log = logging.getLogger(__name__)
@@ -22,7 +23,10 @@ def enqueue(task: str, *args: Any, countdown: float = 0, publish_now: bool = Tru
 
     With `publish_now=False` the caller does the work itself right after the commit and marks
     the message done; the message is only a safety net that the sweeper publishes if the
-    caller died first."""
+    caller died first.
+
+    A task with a batch handler (runs/drain.py), due now, is not published on its own: the
+    commit wakes a drainer, unless one is already woken."""
     if not connection.in_atomic_block:
         raise RuntimeError("outbox messages are written in the transaction of their cause")
     message = OutboxMessage.objects.create(
@@ -31,7 +35,10 @@ def enqueue(task: str, *args: Any, countdown: float = 0, publish_now: bool = Tru
         available_at=timezone.now() + timedelta(seconds=countdown),
         traceparent=telemetry.current_traceparent(),
     )
-    if publish_now:
+    if publish_now and drain.coalesces(task, countdown):
+        # No message of its own: one wake-up for every row committed before a drainer starts.
+        transaction.on_commit(drain.wake)
+    elif publish_now:
         transaction.on_commit(lambda: publish(message, countdown=countdown))
     return message
 

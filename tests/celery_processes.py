@@ -34,6 +34,8 @@ def process_env(sandbox_url: str, **extra: str) -> dict[str, str]:
         CELERY_VISIBILITY_TIMEOUT="5",
         CIRCUIT_OPEN_SECONDS="2",
         OUTBOX_REPUBLISH_AFTER_SECONDS="2",
+        # A dead or failed drainer's rows come back this soon (runs/drain.py).
+        OUTBOX_DRAIN_LEASE_SECONDS="5",
         PYTHONUNBUFFERED="1",
     )
     env.update(extra)

@@ -333,6 +333,16 @@ OUTBOX_REPUBLISH_AFTER_SECONDS = float(os.environ.get("OUTBOX_REPUBLISH_AFTER_SE
 # After this many republishes a message is left undone and no longer sent: its task keeps
 # failing, and `manage.py outbox_stuck` lists it for a person (who can --requeue it).
 OUTBOX_MAX_REPUBLISHES = int(os.environ.get("OUTBOX_MAX_REPUBLISHES", "20"))
+# The outbox drainer (runs/drain.py): rows it leases per statement (a full lease wakes a peer
+# drainer); how long a lease keeps them from other drainers (a dead drainer's rows come back
+# after it; longer than a batch takes); how long one drain task goes on before it hands over
+# to a fresh one — short, because a worker process busy draining is one that an approver's
+# click (the `interactive` queue) waits for; and the wake-up flag's life, which bounds what a
+# lost wake-up costs.
+OUTBOX_DRAIN_BATCH = int(os.environ.get("OUTBOX_DRAIN_BATCH", "20"))
+OUTBOX_DRAIN_LEASE_SECONDS = float(os.environ.get("OUTBOX_DRAIN_LEASE_SECONDS", "30"))
+OUTBOX_DRAIN_MAX_SECONDS = float(os.environ.get("OUTBOX_DRAIN_MAX_SECONDS", "2"))
+OUTBOX_WAKE_TTL_SECONDS = int(os.environ.get("OUTBOX_WAKE_TTL_SECONDS", "5"))
 # How often beat sweeps: expired leases, outbox messages nobody took.
 SWEEP_INTERVAL_SECONDS = float(os.environ.get("SWEEP_INTERVAL_SECONDS", "10"))
 # Webhooks (toolcalls/webhooks.py): how long a receiver may take to answer, how many attempts

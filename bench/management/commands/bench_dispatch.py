@@ -40,7 +40,7 @@ import redis
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from bench import WORKER_STATEMENTS, pgstats
+from bench import WORKER_STATEMENTS, WORKER_TASKS, pgstats
 from bench.cpu import BackendCpu
 from bench.driver import FIRST_ORDER
 from bench.ownership import Owner, redis_db
@@ -256,6 +256,13 @@ class Bench:
                     f"(workers {worker_statements / opts['calls']:.1f}, proposals "
                     f"{result['propose_statements'] / opts['calls']:.1f})"
                 )
+            tasks = redis.Redis.from_url(self.broker).hgetall(WORKER_TASKS)
+            runs = {k.decode(): int(v) / opts["calls"] for k, v in sorted(tasks.items())}
+            self.say(
+                f"  Celery messages/call (tasks the workers ran): {sum(runs.values()):.3f} ("
+                + ", ".join(f"{name} {n:.3f}" for name, n in runs.items())
+                + ")"
+            )
             self.say(f"  pg_stat_statements: {statements_reason or 'used'}")
             if statements is not None:
                 per_call = (statements - result["monitor_statements"]) / opts["calls"]

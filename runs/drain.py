@@ -1,0 +1,228 @@
+"""The outbox drained in batches, with coalesced wake-ups (DESIGN section 6; issue 12 point 2).
+
+A task that registers a batch handler (`register_batch`) is not published as one Celery message
+per outbox row. When such a row commits with no countdown, `wake()` publishes one
+`runs.drain_outbox` message — only if no wake-up is already on its way (a flag in the broker's
+Redis, SET NX with a short TTL) — and the drainer it starts leases the due rows in batches
+(`FOR UPDATE SKIP LOCKED`) and hands each task's rows to its handler, until none is left. The
+invariants stay those of runs/outbox.py: a row is written in the transaction of its cause, its
+handler marks it done in its own first transaction, and the beat sweeper republishes undone
+rows (one message each, as before) as the safety net.
+
+What is still published one message per row, as before:
+- rows with a countdown (a retry after backoff, a reconciliation after the consistency
+  window): Celery's countdown keeps them off the workers until their time;
+- tasks with no batch handler (verify, reconcile, webhooks, notifications, and
+  `toolcalls.dispatch_approved`, which a person waits on from the `interactive` queue): each is
+  slow or rare, and one message each keeps its own time limit, redelivery and a worker of its
+  own, where a drainer would run them one behind another;
+- everything in the embedded default (memory broker, SQLite, in-process worker): there is no
+  Redis for the flag and publishing to the memory broker costs next to nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from functools import cache
+from typing import Any
+
+import redis
+from django.conf import settings
+from django.db import connection
+from django.utils import timezone
+
+from config import telemetry
+from runs import logcontext
+from runs.models import OutboxMessage
+
+log = logging.getLogger(__name__)
+
+WAKE_TASK = "runs.drain_outbox"
+# In the broker's Redis database, next to the queues it guards.
+WAKE_FLAG = "countersign:outbox:wake"
+
+# (the task's args, the outbox row's id) of each row of one task in a lease.
+Items = list[tuple[list[Any], str]]
+BatchHandler = Callable[[Items], None]
+# A leased row: id, task, args, traceparent.
+Leased = tuple[str, str, list[Any], str | None]
+
+_handlers: dict[str, BatchHandler] = {}
+
+
+def register_batch(task: str, handler: BatchHandler) -> None:
+    """Drain `task`'s rows in batches through `handler` instead of one message each. The
+    handler marks each row done (outbox.mark_done) in the first transaction of its work, as the
+    task would; a row it leaves undone comes back when its lease ends."""
+    _handlers[task] = handler
+
+
+def unregister_batch(task: str) -> None:
+    _handlers.pop(task, None)
+
+
+def coalesces(task: str, countdown: float) -> bool:
+    """Whether a row of `task` is left to a drainer instead of being published on its own."""
+    return task in _handlers and countdown <= 0 and not settings.EMBEDDED
+
+
+@cache
+def _flag_client() -> redis.Redis:
+    return redis.Redis.from_url(settings.CELERY_BROKER_URL)
+
+
+def wake() -> bool:
+    """Publish one drain message unless one is already on its way. Called after the commit of
+    a coalesced row; True if this call published.
+
+    The race, and why no row is stranded: a producer commits its row, then tries SET NX. If
+    the flag is already set, a wake-up was published (or is being published) whose drainer
+    has not yet started — the drainer deletes the flag *before* its first lease — so that
+    drainer's first lease runs after this row committed and sees it. If the drainer had
+    already deleted the flag, this SET succeeds and publishes a wake-up of its own: a row
+    committed during a drain, even after its last lease, gets a drainer. The TTL bounds what a
+    lost wake-up costs (a message lost with a Redis restart): once the flag expires, the next
+    row or the beat sweeper's `wake_if_due` wakes a drainer again."""
+    from config.celery_app import app
+
+    if settings.EMBEDDED:
+        return False  # no Redis for the flag: each row is published on its own there
+    client = _flag_client()
+    try:
+        if not client.set(WAKE_FLAG, "1", nx=True, ex=settings.OUTBOX_WAKE_TTL_SECONDS):
+            return False  # a wake-up is on its way and its drainer has not started yet
+        with telemetry.outside_any_trace():
+            app.send_task(WAKE_TASK)
+    except Exception:
+        # Redis is down or slow: the rows stay undone, the sweeper wakes a drainer (or
+        # republishes them) later. Drop the flag if we can, so the next row tries again.
+        log.warning("outbox: waking a drainer failed; the sweeper will", exc_info=True)
+        with contextlib.suppress(Exception):  # if not, the flag's TTL ends it
+            client.delete(WAKE_FLAG)
+        return False
+    return True
+
+
+def wake_if_due() -> bool:
+    """The sweeper's call: wake a drainer if a batched row is due and undone (a lease that
+    ended with its drainer dead, a wake-up lost). True if it published one."""
+    if not _handlers or settings.EMBEDDED:
+        return False
+    due = OutboxMessage.objects.filter(
+        done_at=None, available_at__lte=timezone.now(), task__in=list(_handlers)
+    ).exists()
+    return due and wake()
+
+
+def lease(limit: int, tasks: list[str] | None = None) -> list[Leased]:
+    """Take up to `limit` due, undone rows of the batched tasks in one statement: (id, task,
+    args, traceparent) each. Their `available_at` moves forward by OUTBOX_DRAIN_LEASE_SECONDS,
+    so no other drainer takes them meanwhile, and a dead drainer's rows come back then. SKIP
+    LOCKED: two drainers at once take different rows instead of waiting on each other; a row
+    leased and committed meanwhile fails the re-checked `available_at <= now`.
+
+    SQLite has no row locks or SKIP LOCKED (its writers take the database's one write lock in
+    turn), so the clause is left out there; the statement is otherwise the same."""
+    tasks = list(_handlers) if tasks is None else tasks
+    if not tasks or limit <= 0:
+        return []
+    now = timezone.now()
+    until = now + timedelta(seconds=settings.OUTBOX_DRAIN_LEASE_SECONDS)
+    table = connection.ops.quote_name(OutboxMessage._meta.db_table)
+    skip_locked = ""
+    if connection.features.has_select_for_update_skip_locked:
+        skip_locked = " FOR UPDATE SKIP LOCKED"
+    in_tasks = ", ".join(["%s"] * len(tasks))
+    sql = (
+        f"UPDATE {table} SET available_at = %s WHERE id IN ("
+        f"SELECT id FROM {table} WHERE done_at IS NULL AND available_at <= %s"
+        f" AND task IN ({in_tasks}) ORDER BY available_at LIMIT %s{skip_locked})"
+        " RETURNING id, task, args, traceparent"
+    )
+    adapt = connection.ops.adapt_datetimefield_value
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [adapt(until), adapt(now), *tasks, limit])
+        rows = cursor.fetchall()
+    # Django reads JSON columns as text and decodes them itself; so does this.
+    return [
+        (pk, task, json.loads(args) if isinstance(args, str) else args, traceparent)
+        for pk, task, args, traceparent in rows
+    ]
+
+
+def outbox_drain(limit: int | None = None) -> int:
+    """Lease and handle batches until a lease comes back short of `limit` (or
+    OUTBOX_DRAIN_MAX_SECONDS passed: then another drainer is woken to go on). Returns how many
+    rows were handed over.
+
+    A short lease ends the drain without one more, empty, lease (a statement per drain, which
+    is a statement per call when calls come one at a time): a row it did not see was not yet
+    committed when it ran, hence after the flag was cleared, and its producer's SET NX came
+    later still — so that producer woke a drainer, or found the flag of one woken after the
+    clearing, whose drainer clears the flag and leases after that row committed (see `wake`).
+    A row it skipped because another drainer holds it is that drainer's."""
+    limit = limit or settings.OUTBOX_DRAIN_BATCH
+    _clear_flag()
+    deadline = time.monotonic() + settings.OUTBOX_DRAIN_MAX_SECONDS
+    handled = 0
+    while rows := lease(limit):
+        full = len(rows) == limit
+        if full:
+            # More is likely waiting. Wake a peer to drain beside this one (another worker
+            # process), instead of leaving it idle behind this loop.
+            wake()
+        _hand_over(rows)
+        handled += len(rows)
+        if not full:
+            break
+        if time.monotonic() > deadline:
+            # Leave the rest to a fresh task: far from the task's time limit, and the queue's
+            # other messages get a worker in between.
+            wake()
+            break
+    return handled
+
+
+def _clear_flag() -> None:
+    """Before the first lease (see `wake`): rows committed from now on wake another drainer."""
+    if settings.EMBEDDED:
+        return
+    try:
+        _flag_client().delete(WAKE_FLAG)
+    except Exception:
+        # Redis is down: rows committed during this drain may wait for the flag's TTL and the
+        # sweeper. The drain itself does not need Redis.
+        log.warning("outbox: clearing the wake-up flag failed", exc_info=True)
+
+
+def _hand_over(rows: list[Leased]) -> None:
+    groups: dict[str, list[Leased]] = {}
+    for row in rows:
+        groups.setdefault(row[1], []).append(row)
+    failed: Exception | None = None
+    for task, group in groups.items():
+        logcontext.start()  # no ids of an earlier batch on this one's log lines
+        items: Items = [(args, pk) for pk, _, args, _ in group]
+        try:
+            with telemetry.draining(task, [row[3] for row in group]):
+                _handlers[task](items)
+        except Exception as error:
+            # The rows it did not mark done come back when their lease ends; the other
+            # tasks' rows of this lease are still handled.
+            log.exception("outbox: the batch handler of %s failed on %d rows", task, len(group))
+            failed = failed or error
+    if len(rows) > 1:
+        # The task's closing log line ("succeeded") names no single call of a batch; a batch of
+        # one keeps its call's ids there, as a task of its own did.
+        logcontext.start()
+    if failed is not None:
+        # The drain task fails as the task it replaces did (a broken database connection is
+        # dropped after it; "raised unexpected" in the worker's log). No row waits on it: a
+        # full lease already woke a peer, and rows committed since the flag was cleared woke
+        # drainers of their own.
+        raise failed

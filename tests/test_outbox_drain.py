@@ -1,0 +1,220 @@
+"""The outbox drained in batches (runs/drain.py): one wake-up per burst, leases that two
+drainers never share and that come back when a drainer dies, no row stranded by the wake-up
+flag, and a lone call dispatched end to end by a real worker through the drainer."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+import redis
+from django.conf import settings
+from django.db import connection, transaction
+from django.test import override_settings
+
+from runs import drain, outbox
+from runs.models import OutboxMessage
+from tests.celery_processes import flush_broker
+from tests.helpers import ROOT, propose, tool_call_of, wait_for
+from toolcalls.models import ToolCall
+
+pytestmark = pytest.mark.django_db(transaction=True)  # wake-ups happen after the commit
+
+TASK = "tests.drained"
+
+
+def broker() -> redis.Redis:
+    return redis.Redis.from_url(settings.CELERY_BROKER_URL)
+
+
+def queued_tasks() -> list[str]:
+    """The task names of the messages waiting in the default queue, oldest first."""
+    raw = reversed(broker().lrange("celery", 0, -1))  # LPUSH: the newest is first
+    return [json.loads(message)["headers"]["task"] for message in raw]
+
+
+class Handled:
+    """A batch handler that records what it was given and marks each row done, as a task's
+    first transaction does."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[tuple[list, str]]] = []
+        self.then = lambda: None
+
+    def __call__(self, items: list[tuple[list, str]]) -> None:
+        self.batches.append(items)
+        for _, outbox_id in items:
+            outbox.mark_done(outbox_id)
+        self.then()
+
+    @property
+    def args(self) -> list[str]:
+        return [args[0] for batch in self.batches for args, _ in batch]
+
+
+@pytest.fixture
+def handled() -> Iterator[Handled]:
+    flush_broker()
+    handler = Handled()
+    drain.register_batch(TASK, handler)
+    yield handler
+    drain.unregister_batch(TASK)
+    flush_broker()
+
+
+def enqueue(*args: str, countdown: float = 0) -> OutboxMessage:
+    with transaction.atomic():
+        return outbox.enqueue(TASK, *args, countdown=countdown)
+
+
+@override_settings(OUTBOX_WAKE_TTL_SECONDS=60)  # however slow the machine, one wake-up
+def test_a_burst_of_messages_is_one_wake_up_and_one_drain_handles_them_all(handled) -> None:
+    messages = [enqueue(f"m{n}") for n in range(30)]  # 30 commits, one after another
+
+    assert queued_tasks() == [drain.WAKE_TASK]
+    assert drain.outbox_drain(limit=8) == 30
+    assert sorted(handled.args) == sorted(f"m{n}" for n in range(30))
+    assert [len(batch) for batch in handled.batches] == [8, 8, 8, 6]
+    assert not OutboxMessage.objects.filter(pk__in=[m.pk for m in messages], done_at=None).exists()
+
+
+def test_messages_with_a_countdown_and_tasks_without_a_handler_keep_their_own_message(
+    handled,
+) -> None:
+    enqueue("later", countdown=30)
+    with transaction.atomic():
+        outbox.enqueue("tests.unbatched", "x")
+    with transaction.atomic():
+        outbox.enqueue("toolcalls.dispatch_approved", "tc_clicked")
+    assert queued_tasks() == [TASK, "tests.unbatched"]
+    assert [json.loads(m)["headers"]["task"] for m in broker().lrange("interactive", 0, -1)] == [
+        "toolcalls.dispatch_approved"
+    ]
+    assert drain.outbox_drain() == 0  # the countdown's row is not due
+
+
+def test_two_drainers_at_once_never_lease_the_same_row(handled) -> None:
+    with transaction.atomic():
+        ids = {outbox.enqueue(TASK, f"m{n}", publish_now=False).pk for n in range(300)}
+    start = threading.Barrier(2)
+    leased: list[list[str]] = [[], []]
+
+    def drainer(slot: int) -> None:
+        start.wait()
+        try:  # each thread has a connection of its own
+            while rows := drain.lease(7, tasks=[TASK]):
+                leased[slot] += [pk for pk, *_ in rows]
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=drainer, args=(slot,)) for slot in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+
+    assert leased[0] and leased[1], "both drainers took part"
+    assert not set(leased[0]) & set(leased[1])
+    assert sorted(leased[0] + leased[1]) == sorted(ids)  # each row exactly once
+
+
+@override_settings(OUTBOX_DRAIN_LEASE_SECONDS=0.5)
+def test_a_dead_drainers_rows_come_back_when_its_lease_ends(handled) -> None:
+    for n in range(5):
+        enqueue(f"m{n}")
+    # A drainer leased them and died before handling any: nothing is marked done.
+    assert len(drain.lease(10)) == 5
+    assert drain.outbox_drain() == 0  # still leased
+    time.sleep(0.6)
+
+    assert drain.outbox_drain() == 5
+    assert sorted(handled.args) == [f"m{n}" for n in range(5)]
+    assert not OutboxMessage.objects.filter(task=TASK, done_at=None).exists()
+    # And the beat sweeper wakes a drainer for such rows on its own.
+    enqueue("m5")
+    drain.lease(10)
+    flush_broker()
+    time.sleep(0.6)
+    assert drain.wake_if_due()
+    assert queued_tasks() == [drain.WAKE_TASK]
+
+
+def test_a_message_committed_during_a_drain_wakes_another_drainer(handled) -> None:
+    enqueue("first")
+    assert queued_tasks() == [drain.WAKE_TASK]
+    # While the drainer handles "first", a request commits "during": after the drainer's
+    # lease, so that drain does not see it.
+    handled.then = lambda: enqueue("during") if handled.args == ["first"] else None
+
+    drain.outbox_drain()
+
+    # The drainer cleared the flag before its first lease: "during" published a wake-up of
+    # its own instead of counting on the drain that was already under way.
+    assert queued_tasks() == [drain.WAKE_TASK, drain.WAKE_TASK]
+    # That drain ended after its short lease; "during" is the second wake-up's drainer's.
+    assert handled.args == ["first"]
+    assert drain.outbox_drain() == 1
+    assert handled.args == ["first", "during"]
+
+    # And a row after that drain wakes a third.
+    enqueue("after")
+    assert queued_tasks() == [drain.WAKE_TASK] * 3
+    assert drain.outbox_drain() == 1
+
+
+@pytest.mark.slow
+def test_a_lone_call_is_dispatched_end_to_end_by_a_worker_through_the_drainer(
+    agent, sandbox, start_celery
+) -> None:
+    worker = start_celery("worker")
+    call = tool_call_of(propose(agent))
+    wait_for(
+        lambda: ToolCall.objects.get(pk=call.pk).verification_status == "confirmed_success",
+        40,
+        "the call to settle",
+    )
+    assert len(sandbox.effects_for(call.external_request_id)) == 1
+    # One wake-up message ran the dispatch; no `toolcalls.dispatch` message was sent.
+    assert f"Task {drain.WAKE_TASK}[" in worker.output()
+    assert "Task toolcalls.dispatch[" not in worker.output()
+    assert not OutboxMessage.objects.filter(done_at=None, task="toolcalls.dispatch").exists()
+
+
+def test_the_drainer_works_on_sqlite_where_the_embedded_default_runs(tmp_path) -> None:
+    """The embedded default publishes each row as before (no Redis for the flag), but the
+    drainer's lease statement runs on SQLite too: it has no SKIP LOCKED, and needs none."""
+    script = """
+import django, json
+django.setup()
+from django.core.management import call_command
+from django.db import transaction
+from runs import drain, outbox
+call_command("migrate", verbosity=0)
+seen = []
+drain.register_batch("tests.drained", lambda items: [
+    (seen.append(args[0]), outbox.mark_done(pk)) for args, pk in items])
+with transaction.atomic():
+    for n in range(5):
+        outbox.enqueue("tests.drained", f"m{n}", publish_now=False)
+print(json.dumps({"coalesces": drain.coalesces("tests.drained", 0),
+                  "handled": drain.outbox_drain(limit=2), "seen": seen}))
+"""
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in {"DATABASE_URL", "CELERY_BROKER_URL"}
+    }
+    env.update(DJANGO_SETTINGS_MODULE="config.settings.base", COUNTERSIGN_VAR_DIR=str(tmp_path))
+    out = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert (result["coalesces"], result["handled"]) == (False, 5)
+    assert sorted(result["seen"]) == ["m0", "m1", "m2", "m3", "m4"]
