@@ -97,7 +97,8 @@ def test_a_worker_of_the_interactive_queue_alone_takes_the_approved_call_and_no_
         60,
         "the interactive worker to dispatch the approved call",
     )
-    assert broker.llen("celery") >= 5
+    # The bulk calls' dispatch waits in `celery`: one coalesced drain wake-up for all five.
+    assert broker.llen("celery") >= 1
     assert not Event.objects.filter(
         event_type="tool_call.dispatching", tool_call_id__in=[c["tool_call_id"] for c in bulk]
     ).exists()
