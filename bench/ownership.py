@@ -5,6 +5,7 @@ its own mark, so neither ever drops or flushes the other's (or anyone else's) da
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
@@ -81,3 +82,22 @@ def redis_db(url: str, db: int) -> str:
     """The broker's URL with another database number."""
     parts = urlsplit(url)
     return urlunsplit((parts.scheme, parts.netloc, f"/{db}", "", ""))
+
+
+def reexec_in(owner: Owner, database: str, redis_number: int) -> None:
+    """Start this command again in a process whose settings name the benchmark's database and
+    Redis database (claimed first), unless this process already is that one. For the
+    commands that measure on a database bench_dispatch made (profile_dispatch,
+    profile_propose)."""
+    from django.conf import settings
+
+    if settings.DATABASES["default"]["NAME"] == database:
+        return
+    broker = redis_db(os.environ.get("CELERY_BROKER_URL", ""), redis_number)
+    owner.claim_redis(broker)
+    url = pgstats.with_database(os.environ["DATABASE_URL"], database)
+    env = {**os.environ, "DATABASE_URL": url}
+    env.update(CELERY_BROKER_URL=broker, DJANGO_SETTINGS_MODULE="config.settings.base")
+    env.update(DJANGO_DEBUG="0", LOG_LEVEL="WARNING")
+    sys.stdout.flush()
+    os.execve(sys.executable, [sys.executable, *sys.argv], env)

@@ -13,7 +13,7 @@ import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, time
-from typing import Any
+from typing import Any, TypeVar
 
 from django.db.models import BooleanField, Q, QuerySet
 from django.db.models.expressions import RawSQL
@@ -106,6 +106,9 @@ def audit_query_from(params: Mapping[str, str]) -> tuple[AuditQuery, dict[str, s
     return query, errors
 
 
+Rows = TypeVar("Rows", QuerySet[Event], QuerySet[AdminEvent])
+
+
 def audit_events(*, tenant: Tenant, query: AuditQuery) -> QuerySet[Event]:
     """The tenant's events that match every part of the query, newest first."""
     events = Event.objects.filter(tenant=tenant)
@@ -116,21 +119,7 @@ def audit_events(*, tenant: Tenant, query: AuditQuery) -> QuerySet[Event]:
         for key in PAYLOAD_ID_KEYS:
             matches |= Q(**{f"payload__{key}": query.any_id})
         events = events.filter(matches)
-    if query.person:
-        # "alice" finds "user:alice", "key_…" finds "api_key:key_…"; a whole actor finds itself.
-        # Never a part of a name: "ali" must not find alice. Whole actors only, so that the
-        # index on (tenant, UPPER(actor), occurred_at) answers it.
-        person = query.person.upper()
-        actors = [person, *(f"{kind}:{person}" for kind in ACTOR_KINDS)]
-        events = events.alias(actor_upper=Upper("actor")).filter(actor_upper__in=actors)
-    if query.event_type:
-        # "approval." and "approval" both mean every approval.* type.
-        prefix = query.event_type.rstrip(".*") + "."
-        events = events.filter(Q(event_type=query.event_type) | Q(event_type__startswith=prefix))
-    if query.occurred_from:
-        events = events.filter(occurred_at__gte=query.occurred_from)
-    if query.occurred_to:
-        events = events.filter(occurred_at__lte=query.occurred_to)
+    events = _person_type_and_time(events, query)
     if query.before is not None:
         # Keyset paging: the rows after the last one shown, in the order of the index
         # (tenant, occurred_at, run, seq); no OFFSET to skip and no COUNT(*) per page.
@@ -152,18 +141,28 @@ def audit_admin_events(*, tenant: Tenant, query: AuditQuery) -> QuerySet[AdminEv
     if query.any_id:
         subjects = [query.any_id, *(f"{kind}:{query.any_id}" for kind in SUBJECT_KINDS)]
         admin = admin.filter(Q(id=query.any_id) | Q(subject__in=subjects))
+    return _person_type_and_time(admin, query).order_by("-occurred_at", "-id")
+
+
+def _person_type_and_time(rows: Rows, query: AuditQuery) -> Rows:
+    """The filters run events and admin events share (both have actor, event_type and
+    occurred_at)."""
     if query.person:
+        # "alice" finds "user:alice", "key_…" finds "api_key:key_…"; a whole actor finds itself.
+        # Never a part of a name: "ali" must not find alice. Whole actors only, so that the
+        # index on (tenant, UPPER(actor), occurred_at) answers it.
         person = query.person.upper()
         actors = [person, *(f"{kind}:{person}" for kind in ACTOR_KINDS)]
-        admin = admin.alias(actor_upper=Upper("actor")).filter(actor_upper__in=actors)
+        rows = rows.alias(actor_upper=Upper("actor")).filter(actor_upper__in=actors)
     if query.event_type:
+        # "approval." and "approval" both mean every approval.* type.
         prefix = query.event_type.rstrip(".*") + "."
-        admin = admin.filter(Q(event_type=query.event_type) | Q(event_type__startswith=prefix))
+        rows = rows.filter(Q(event_type=query.event_type) | Q(event_type__startswith=prefix))
     if query.occurred_from:
-        admin = admin.filter(occurred_at__gte=query.occurred_from)
+        rows = rows.filter(occurred_at__gte=query.occurred_from)
     if query.occurred_to:
-        admin = admin.filter(occurred_at__lte=query.occurred_to)
-    return admin.order_by("-occurred_at", "-id")
+        rows = rows.filter(occurred_at__lte=query.occurred_to)
+    return rows
 
 
 def with_admin_events(

@@ -25,7 +25,6 @@ import io
 import os
 import pstats
 import shutil
-import sys
 import tempfile
 import time
 import uuid
@@ -39,8 +38,8 @@ from django.core.management.base import BaseCommand, CommandError
 
 from bench import pgstats
 from bench.cpu import _cpu_seconds
-from bench.management.commands.bench_dispatch import MARK, claim_redis
-from bench.ownership import redis_db
+from bench.management.commands.bench_dispatch import MARK, OWNER, claim_redis
+from bench.ownership import reexec_in
 from bench.procs import start_sandbox
 
 
@@ -71,15 +70,7 @@ class Command(BaseCommand):
         name = options["database"]
         if pgstats.database_comment(url, name) != MARK:
             raise CommandError(f"{name} is not a database bench_dispatch made: refused.")
-        if settings.DATABASES["default"]["NAME"] != name:
-            # Start again in a process whose settings name the benchmark's database and Redis.
-            broker = redis_db(os.environ.get("CELERY_BROKER_URL", ""), options["redis_db"])
-            claim_redis(broker)
-            env = {**os.environ, "DATABASE_URL": pgstats.with_database(url, name)}
-            env.update(CELERY_BROKER_URL=broker, DJANGO_SETTINGS_MODULE="config.settings.base")
-            env.update(DJANGO_DEBUG="0", LOG_LEVEL="WARNING")
-            sys.stdout.flush()
-            os.execve(sys.executable, [sys.executable, *sys.argv], env)
+        reexec_in(OWNER, name, options["redis_db"])
         self.measure_all(options)
 
     def measure_all(self, options: dict[str, Any]) -> None:
