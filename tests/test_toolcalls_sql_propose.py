@@ -114,7 +114,15 @@ def test_the_call_insert_writes_the_row_the_orm_writes(run: Run) -> None:
         sql.insert_call(ours)
         theirs.save(force_insert=True)
 
-    differ = ("id", "intent", "idempotency_key", "external_request_id", "created_at", "updated_at")
+    differ = (
+        "id",
+        "intent",
+        "idempotency_key",
+        "external_request_id",
+        "created_at",
+        "updated_at",
+        "status_since",
+    )
     stored = ToolCall.objects.get(pk=ours.pk)
     assert _values(stored, *differ) == _values(ToolCall.objects.get(pk=theirs.pk), *differ)
     assert _values(stored) == _values(ours)  # dates as the object has them
