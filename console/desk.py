@@ -109,7 +109,13 @@ def handoff(call: ToolCall) -> dict[str, Any]:
     """Everything a person needs to decide about one unknown action."""
     run = call.run
     capability = capabilities.get(call.capability_id)
-    calls = list(ToolCall.objects.filter(run=run).order_by("id"))
+    # The run's other calls are listed by id, capability and status only: their arguments
+    # and results (JSON, most of a row) are not read.
+    calls = list(
+        ToolCall.objects.filter(run=run)
+        .only("id", "capability_id", "external_id", "execution_status", "verification_status")
+        .order_by("id")
+    )
     events = list(Event.objects.filter(tool_call_id=call.pk).order_by("seq"))
     return {
         "run": run,
@@ -119,7 +125,12 @@ def handoff(call: ToolCall) -> dict[str, Any]:
         "decision": call.decision,
         "confirmed": [c for c in calls if c.verification_status == V.CONFIRMED_SUCCESS],
         "unknown": [c for c in calls if c.is_unknown or c.execution_status == E.DISPATCHING],
-        "receipts": list(Receipt.objects.filter(tool_call__run=run).select_related("tool_call")),
+        # Each receipt names its call by id: no call rows joined in.
+        "receipts": list(
+            Receipt.objects.filter(tool_call__run=run)
+            .order_by("id")
+            .values("external_id", "tool_call_id", "status", "source")
+        ),
         "attempts": list(call.attempts.order_by("number")),
         "approvals": list(Approval.objects.filter(run=run).prefetch_related("decisions__user")),
         "events": events,
