@@ -1,6 +1,6 @@
 """What the run page says to a person, from the same progress contract the agent reads: the
-next step in words (the agent's version names API calls), the run's duration and who runs it,
-and the timeline grouped by tool call."""
+next step in words (the agent's version names API calls), the run's duration and who runs
+it. The lists, the tables and the timeline are written by console/run_rows.py."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from console import formatting
-from runs.models import Event, Run
+from runs.models import Run
 from toolcalls.models import ToolCall
 
 
@@ -87,16 +87,3 @@ def agent_of(run: Run) -> str:
         return "unknown (started without an API key)"
     on_behalf = f" for {key.principal.username}" if key.principal else ""
     return f"{key.name}{on_behalf} (key {key.pk})"
-
-
-def grouped_timeline(events: list[Event]) -> list[dict[str, Any]]:
-    """The run's events in order, each tool call's consecutive events folded into one group
-    (its first event is the group's headline); run-level events stand alone."""
-    groups: list[dict[str, Any]] = []
-    for event in events:
-        last = groups[-1] if groups else None
-        if event.tool_call_id and last and last["tool_call_id"] == event.tool_call_id:
-            last["events"].append(event)
-            continue
-        groups.append({"tool_call_id": event.tool_call_id, "events": [event]})
-    return groups

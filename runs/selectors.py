@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import hmac
+from datetime import datetime
 from hashlib import sha256
+from typing import Any, NamedTuple
 
 from django.db.models import QuerySet
 
@@ -43,13 +45,29 @@ def run_events(*, run: Run) -> QuerySet[Event]:
     return Event.objects.filter(run=run).order_by("seq")
 
 
-def run_events_window(*, run: Run, size: int, before: int | None = None) -> list[Event]:
+class TimelineEvent(NamedTuple):
+    """The columns of an event the run page's timeline shows."""
+
+    id: str
+    seq: int
+    event_type: str
+    occurred_at: datetime
+    actor: str
+    producer: str
+    tool_call_id: str
+    causation_id: str
+    payload: Any
+
+
+def run_events_window(*, run: Run, size: int, before: int | None = None) -> list[TimelineEvent]:
     """The run's latest `size` events before sequence number `before` (all: None), oldest
-    first: one range of the (run, seq) index, however long the run."""
+    first: one range of the (run, seq) index, however long the run. Read as values: a page
+    shows them and builds no Event objects."""
     events = Event.objects.filter(run=run)
     if before is not None:
         events = events.filter(seq__lt=before)
-    return list(reversed(events.order_by("-seq")[:size]))
+    rows = events.order_by("-seq").values_list(*TimelineEvent._fields)[:size]
+    return [TimelineEvent(*row) for row in reversed(rows)]
 
 
 def run_decisions(*, run: Run) -> QuerySet[Decision]:

@@ -69,7 +69,7 @@ def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
         "run": run,
         # Keep refreshing while anything can still change, even after the run closed.
         "live": run.is_open or not all(call.is_settled for call in tool_calls),
-        "timeline": run_rows.timeline_rows(run_page.grouped_timeline(window), links),
+        "timeline": run_rows.timeline(window, links),
         # Sequence numbers run 1, 2, 3 … per run: the first shown says how many came before.
         "earlier": window[0].seq - 1 if window else 0,
         "before": before,
@@ -85,6 +85,9 @@ def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
             desk_links=request.user.is_tenant_admin,
         ),
         "progress": contract,
+        "progress_lists": run_rows.progress_lists(
+            contract, desk_links=request.user.is_tenant_admin
+        ),
         "next_step": run_page.next_step_for_people(run, contract),
         "duration_text": timesince(
             run.created_at, run.created_at + run_page.duration(run, timezone.now())
@@ -97,7 +100,15 @@ def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
         if not context["live"]:
             response.status_code = 286
         return response
-    return render(request, "runs/detail.html", {**context, "feedback": run_feedback(run=run)})
+    return render(
+        request,
+        "runs/detail.html",
+        {
+            **context,
+            "feedback": run_feedback(run=run),
+            "call_options": run_rows.call_options(tool_calls),
+        },
+    )
 
 
 def _before(text: str, last_seq: int) -> int | None:
