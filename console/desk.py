@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Count, Exists, OuterRef, Q, QuerySet, Subquery
+from django.db.models import Count, Exists, OuterRef, Prefetch, Q, QuerySet, Subquery
 from django.utils import timezone
 
-from approvals.models import Approval
+from approvals.models import Approval, ApprovalDecision
 from runs.models import Event, Run, Tenant
 from toolcalls import capabilities
 from toolcalls.models import DESK_STATUSES, E, Receipt, ToolCall, V
@@ -132,7 +132,12 @@ def handoff(call: ToolCall) -> dict[str, Any]:
             .values("external_id", "tool_call_id", "status", "source")
         ),
         "attempts": list(call.attempts.order_by("number")),
-        "approvals": list(Approval.objects.filter(run=run).prefetch_related("decisions__user")),
+        # Each decision with its person in the same query: one query for all of them.
+        "approvals": list(
+            Approval.objects.filter(run=run).prefetch_related(
+                Prefetch("decisions", ApprovalDecision.objects.select_related("user"))
+            )
+        ),
         "events": events,
         "lookups": [lookup_result(event) for event in events if event.event_type == LOOKED_UP],
         "suggestion": suggestion(call, capability),

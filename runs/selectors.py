@@ -7,7 +7,8 @@ from datetime import datetime
 from hashlib import sha256
 from typing import Any, NamedTuple
 
-from django.db.models import QuerySet
+from django.db.models import OuterRef, QuerySet, Subquery
+from django.db.models.functions import Coalesce
 
 from runs import errors, logcontext, sql
 from runs.errors import DomainError, not_found
@@ -30,11 +31,25 @@ def run_last_seq(*, run: Run) -> int:
     return last or 0
 
 
-def run_get(*, tenant: Tenant, run_id: str, with_agent: bool = False) -> Run:
-    """`with_agent`: with its API key and the key's person, in the same query (the run page
-    names them)."""
-    runs = Run.objects.select_related("api_key__principal") if with_agent else Run.objects
-    run = runs.filter(tenant=tenant, pk=run_id).first()
+def run_for_page(*, tenant: Tenant, run_id: str) -> Run:
+    """The run for its console page, with its API key and the key's person (the page names
+    them) and, as `last_seq`, the sequence number of its latest event (0 before any): one
+    query, which is all a poll of an unchanged run reads besides the person."""
+    last_seq = Event.objects.filter(run=OuterRef("pk")).order_by("-seq").values("seq")[:1]
+    run = (
+        Run.objects.select_related("api_key__principal")
+        .annotate(last_seq=Coalesce(Subquery(last_seq), 0))
+        .filter(tenant=tenant, pk=run_id)
+        .first()
+    )
+    if run is None:
+        raise not_found("run", run_id)
+    logcontext.bind(run_id=run.pk, correlation_id=run.correlation_id)  # for logs and spans
+    return run
+
+
+def run_get(*, tenant: Tenant, run_id: str) -> Run:
+    run = Run.objects.filter(tenant=tenant, pk=run_id).first()
     if run is None:
         raise not_found("run", run_id)
     logcontext.bind(run_id=run.pk, correlation_id=run.correlation_id)  # for logs and spans

@@ -49,13 +49,13 @@ def run_list(request: HttpRequest) -> HttpResponse:
 @tenant_member_required
 def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
     try:
-        run = selectors.run_get(tenant=request.user.tenant, run_id=run_id, with_agent=True)
+        run = selectors.run_for_page(tenant=request.user.tenant, run_id=run_id)
     except DomainError as exc:
         raise Http404(exc.message) from exc
     # Every change of a run or its calls appends an event, so the last sequence number says
-    # whether anything changed since the page last looked: if not, a poll costs one query
-    # and no bytes (htmx swaps nothing on 204).
-    last_seq = selectors.run_last_seq(run=run)
+    # whether anything changed since the page last looked: if not, a poll costs the query
+    # that read the run and no bytes (htmx swaps nothing on 204).
+    last_seq = run.last_seq
     before = _before(request.GET.get("before", ""), last_seq)
     if request.htmx and request.GET.get("seen") == str(last_seq):
         return HttpResponse(status=204)

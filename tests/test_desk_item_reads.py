@@ -1,0 +1,45 @@
+"""The desk item reads what its packet shows and no more: the run's other calls without their
+JSON, receipts without their call rows, approvals' decisions with their people in one query."""
+
+from __future__ import annotations
+
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from runs.models import Tenant, User
+from tests.helpers import logged_in
+from tests.sandbox_process import Sandbox
+from tests.test_page_queries import grow
+from toolcalls.models import E, ToolCall
+
+
+def test_it_shows_each_decision_with_its_person_read_in_the_same_query(
+    tenant: Tenant, sandbox: Sandbox, bob: User, admin_user: User
+) -> None:
+    grow(tenant, sandbox, {"bob": bob}, 1)
+    unknown = ToolCall.objects.get(tenant=tenant, execution_status=E.RESULT_UNKNOWN)
+    client = logged_in(admin_user)
+    client.get(f"/desk/{unknown.pk}/")  # the person read once
+    with CaptureQueriesContext(connection) as captured:
+        content = client.get(f"/desk/{unknown.pk}/").content.decode()
+
+    assert "— bob approve" in content
+    decisions = [q["sql"] for q in captured if '"approvals_approvaldecision"' in q["sql"]]
+    assert len(decisions) == 1
+    assert '"runs_user"' in decisions[0]
+
+
+def test_it_reads_neither_the_other_calls_json_nor_the_receipts_calls(
+    tenant: Tenant, sandbox: Sandbox, bob: User, admin_user: User
+) -> None:
+    grow(tenant, sandbox, {"bob": bob}, 1)
+    unknown = ToolCall.objects.get(tenant=tenant, execution_status=E.RESULT_UNKNOWN)
+    with CaptureQueriesContext(connection) as captured:
+        content = logged_in(admin_user).get(f"/desk/{unknown.pk}/").content.decode()
+
+    assert "via" in content  # the receipts are shown
+    receipts = [q["sql"] for q in captured if 'FROM "toolcalls_receipt"' in q["sql"]]
+    assert receipts and all('"toolcalls_toolcall"."args"' not in sql for sql in receipts)
+    # The call of the packet is read whole; the run's calls listed beside it are not.
+    calls = [q["sql"] for q in captured if q["sql"].startswith('SELECT "toolcalls_toolcall"')]
+    assert sum('"toolcalls_toolcall"."args"' in sql for sql in calls) == 1
