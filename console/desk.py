@@ -11,6 +11,8 @@ from django.db.models import Count, Exists, OuterRef, Prefetch, Q, QuerySet, Sub
 from django.utils import timezone
 
 from approvals.models import Approval, ApprovalDecision
+from console.formatting import escaped as _h
+from console.formatting import html_of as _join
 from runs.models import Event, Run, Tenant
 from toolcalls import capabilities
 from toolcalls.models import DESK_STATUSES, E, Receipt, ToolCall, V
@@ -117,20 +119,36 @@ def handoff(call: ToolCall) -> dict[str, Any]:
         .order_by("id")
     )
     events = list(Event.objects.filter(tool_call_id=call.pk).order_by("seq"))
+    confirmed = [c for c in calls if c.verification_status == V.CONFIRMED_SUCCESS]
+    receipts = list(
+        Receipt.objects.filter(tool_call__run=run)
+        .order_by("id")
+        .values_list("external_id", "tool_call_id", "status", "source")
+    )
     return {
         "run": run,
         "call": call,
         "capability": capability,
         "summary": capability.summary(call.args) if capability else call.capability_id,
         "decision": call.decision,
-        "confirmed": [c for c in calls if c.verification_status == V.CONFIRMED_SUCCESS],
-        "unknown": [c for c in calls if c.is_unknown or c.execution_status == E.DISPATCHING],
-        # Each receipt names its call by id: no call rows joined in.
-        "receipts": list(
-            Receipt.objects.filter(tool_call__run=run)
-            .order_by("id")
-            .values("external_id", "tool_call_id", "status", "source")
+        "confirmed": confirmed,
+        # The two long lists (every call and receipt of the run), written as HTML in one
+        # pass: in the template they were most of the page's look-ups.
+        "confirmed_items": _join(
+            [
+                f"<li><code>{_h(c.pk)}</code> {_h(c.capability_id)} → "
+                f"<code>{_h(c.external_id)}</code></li>"
+                for c in confirmed
+            ]
         ),
+        "receipt_items": _join(
+            [
+                f"<li><code>{_h(external_id)}</code> for <code>{_h(call_id)}</code>: "
+                f"{_h(status)} via {_h(source)}</li>"
+                for external_id, call_id, status, source in receipts
+            ]
+        ),
+        "unknown": [c for c in calls if c.is_unknown or c.execution_status == E.DISPATCHING],
         "attempts": list(call.attempts.order_by("number")),
         # Each decision with its person in the same query: one query for all of them.
         "approvals": list(

@@ -3,22 +3,23 @@
 The template engine resolves every `{{ a.b.c }}` and filter at each render: rows of dicts
 printed by `{% for %}` were still ~840 look-ups per request on a busy run (43 calls, 50
 events shown), half the page's CPU (bench_pages --profile "run page"). Here each list is
-one string built by `format_html`, which escapes every value as the template would; the
+one string in which every value is escaped as the template would (formatting.escaped); the
 template prints it whole. The markup is the template's, kept beside the function that
 fills it.
 """
 
 from __future__ import annotations
 
-import html
 import json
 from dataclasses import dataclass
 from typing import Any
 
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.safestring import SafeString, mark_safe
+from django.utils.safestring import SafeString
 
+from console.formatting import escaped as _h
+from console.formatting import html_of as _join
 from runs.selectors import TimelineEvent
 from toolcalls.models import ToolCall
 
@@ -67,18 +68,6 @@ def call_links(calls: list[ToolCall], page: CallsPage) -> dict[str, str]:
         )
         for i, call in enumerate(calls)
     }
-
-
-def _join(parts: list[str]) -> SafeString:
-    # Every value in the parts went through _h; the rest is markup written here.
-    return mark_safe("".join(parts))
-
-
-def _h(value: Any) -> str:
-    """`value` escaped for HTML, as the template's autoescape and django.utils.html.escape
-    write it; without their lazy-string wrapper and SafeString, which were most of the cost
-    of escaping ~900 values a page with format_html."""
-    return html.escape(str(value))
 
 
 def _desk_href(call_id: str) -> str:

@@ -10,7 +10,10 @@ from runs.models import Tenant, User
 from tests.helpers import logged_in
 from tests.sandbox_process import Sandbox
 from tests.test_page_queries import grow
-from toolcalls.models import E, ToolCall
+from toolcalls.models import E, Receipt, ToolCall
+
+HOSTILE = '<script>alert("x")</script>'
+ESCAPED = "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;"
 
 
 def test_it_shows_each_decision_with_its_person_read_in_the_same_query(
@@ -43,3 +46,19 @@ def test_it_reads_neither_the_other_calls_json_nor_the_receipts_calls(
     # The call of the packet is read whole; the run's calls listed beside it are not.
     calls = [q["sql"] for q in captured if q["sql"].startswith('SELECT "toolcalls_toolcall"')]
     assert sum('"toolcalls_toolcall"."args"' in sql for sql in calls) == 1
+
+
+def test_it_escapes_what_an_external_system_sent(
+    tenant: Tenant, sandbox: Sandbox, bob: User, admin_user: User
+) -> None:
+    grow(tenant, sandbox, {"bob": bob}, 1)
+    unknown = ToolCall.objects.get(tenant=tenant, execution_status=E.RESULT_UNKNOWN)
+    receipt = Receipt.objects.filter(tool_call__run=unknown.run).first()
+    Receipt.objects.filter(pk=receipt.pk).update(external_id=HOSTILE)
+    ToolCall.objects.filter(pk=receipt.tool_call_id).update(external_id=HOSTILE)
+
+    content = logged_in(admin_user).get(f"/desk/{unknown.pk}/").content.decode()
+
+    assert "<script>" not in content
+    assert f"<code>{ESCAPED}</code> for <code>{receipt.tool_call_id}</code>" in content
+    assert f"→ <code>{ESCAPED}</code>" in content  # the confirmed calls
