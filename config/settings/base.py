@@ -87,6 +87,10 @@ MIDDLEWARE = [
     "axes.middleware.AxesMiddleware",
 ]
 
+# Django's database sessions with their read written out (runs/sessions.py): every console
+# request reads one.
+SESSION_ENGINE = "runs.sessions"
+
 ROOT_URLCONF = "config.urls"
 WSGI_APPLICATION = "config.wsgi.application"
 
