@@ -132,3 +132,30 @@ def api_key_read(key_id: str) -> ApiKey | None:
     ApiKey.tenant.field.set_cached_value(key, tenant)
     ApiKey.principal.field.set_cached_value(key, principal)
     return key
+
+
+# The run page's timeline: its latest events, newest first, on the (run, seq) index. The
+# ORM's compilation of this read was as much CPU as the rest of the timeline's reading.
+_TIMELINE_COLUMNS = (
+    "id, seq, event_type, occurred_at, actor, producer, tool_call_id, causation_id, payload"
+)
+_TIMELINE = (
+    f"SELECT {_TIMELINE_COLUMNS} FROM {Event._meta.db_table}"
+    " WHERE run_id = %s {before} ORDER BY seq DESC LIMIT %s"
+)
+_TIMELINE_LATEST = _TIMELINE.format(before="")
+_TIMELINE_BEFORE = _TIMELINE.format(before="AND seq < %s")
+
+
+def timeline_window(run_id: str, size: int, before: int | None) -> list[tuple]:
+    """The columns of selectors.TimelineEvent of the run's latest `size` events before
+    sequence number `before` (all: None), newest first, as the ORM's values_list reads them
+    (the payload decoded)."""
+    with connection.cursor() as cursor:
+        if before is None:
+            cursor.execute(_TIMELINE_LATEST, [run_id, size])
+        else:
+            cursor.execute(_TIMELINE_BEFORE, [run_id, before, size])
+        rows = cursor.fetchall()
+    payload = Event._meta.get_field("payload")
+    return [(*row[:-1], payload.from_db_value(row[-1], None, connection)) for row in rows]
