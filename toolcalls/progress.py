@@ -47,9 +47,12 @@ def progress(run: Run, calls: list[ToolCall] | None = None) -> dict[str, Any]:
     prefetched), so a page does not read them twice."""
     if calls is None:
         calls = list(ToolCall.objects.filter(run=run).prefetch_related("depends_on").order_by("id"))
-    approvals = {
-        a.tool_call_id: a for a in Approval.objects.filter(run=run, state=Approval.State.PENDING)
-    }
+    # Only each pending approval's id is named: read as values, no Approval objects.
+    approvals = dict(
+        Approval.objects.filter(run=run, state=Approval.State.PENDING).values_list(
+            "tool_call_id", "id"
+        )
+    )
     verified, open_items, failed = [], [], []
     for call in calls:
         item = {
@@ -61,10 +64,7 @@ def progress(run: Run, calls: list[ToolCall] | None = None) -> dict[str, Any]:
         }
         kind = _open_kind(call)
         if kind:
-            approval = approvals.get(call.pk)
-            open_items.append(
-                {**item, "kind": kind, "approval_id": approval.pk if approval else None}
-            )
+            open_items.append({**item, "kind": kind, "approval_id": approvals.get(call.pk)})
         elif call.verification_status == V.CONFIRMED_SUCCESS:
             verified.append({**item, "external_id": call.external_id})
         elif call.did_not_succeed:
