@@ -8,7 +8,8 @@ from django.db.models import Prefetch, Q, QuerySet, prefetch_related_objects
 
 from runs.errors import not_found
 from runs.models import Event, Run, Tenant
-from toolcalls.models import Attempt, E, Receipt, ToolCall, WebhookDelivery
+from toolcalls import sql
+from toolcalls.models import E, ToolCall, WebhookDelivery
 
 
 def tool_call_get(*, tenant: Tenant, tool_call_id: str) -> ToolCall:
@@ -57,26 +58,9 @@ def run_tool_calls_for_page(*, run: Run) -> list[ToolCall]:
 
 def call_steps(*, calls: list[ToolCall]) -> dict[str, dict[str, list[tuple]]]:
     """The attempts (number, classification, error) and receipts (external id, status,
-    source) of `calls`, by call id: two queries of plain values for the run page's table."""
-    ids = [call.pk for call in calls]
-    steps: dict[str, dict[str, list[tuple]]] = {pk: {"attempts": [], "receipts": []} for pk in ids}
-    if not ids:
-        return steps
-    attempts = (
-        Attempt.objects.filter(tool_call_id__in=ids)
-        .order_by("tool_call_id", "number")
-        .values_list("tool_call_id", "number", "classification", "error_name")
-    )
-    for call_id, *attempt in attempts:
-        steps[call_id]["attempts"].append(tuple(attempt))
-    receipts = (
-        Receipt.objects.filter(tool_call_id__in=ids)
-        .order_by("tool_call_id", "id")
-        .values_list("tool_call_id", "external_id", "status", "source")
-    )
-    for call_id, *receipt in receipts:
-        steps[call_id]["receipts"].append(tuple(receipt))
-    return steps
+    source) of `calls`, by call id: plain values for the run page's table, in one statement
+    (toolcalls/sql.py)."""
+    return sql.call_steps([call.pk for call in calls])
 
 
 def calls_effect_pending(

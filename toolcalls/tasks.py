@@ -52,4 +52,3 @@ def sweep_leases() -> int:
 @shared_task(name="approvals.expire")
 def expire_approvals() -> int:
     return gate.approvals_expire_due()
-
