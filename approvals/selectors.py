@@ -19,6 +19,7 @@ from django.db.models import (
 )
 from django.db.models.functions import Coalesce
 
+from approvals import sql
 from approvals.models import Approval, ApprovalDecision
 from runs.errors import not_found
 from runs.models import Event, Tenant, User
@@ -93,7 +94,8 @@ def next_for(*, user: User, after: Approval) -> str | None:
 
 
 def pending_count(*, tenant: Tenant) -> int:
-    return Approval.objects.filter(tenant=tenant, state=Approval.State.PENDING).count()
+    """The tenant's pending approvals; written out (approvals/sql.py): every page counts them."""
+    return sql.pending_count(tenant.pk)
 
 
 def approval_get(*, tenant: Tenant, approval_id: str) -> Approval:

@@ -18,3 +18,13 @@ def newest_policy_id(tenant_id: int, capability_id: str) -> int | None:
         cursor.execute(_NEWEST, [tenant_id, capability_id])
         row = cursor.fetchone()
     return row[0] if row else None
+
+
+# The count in the navigation of every console page (approvals/context_processors.py).
+_PENDING = "SELECT count(*) FROM approvals_approval WHERE tenant_id = %s AND state = 'pending'"
+
+
+def pending_count(tenant_id: int) -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(_PENDING, [tenant_id])
+        return cursor.fetchone()[0]
