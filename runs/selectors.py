@@ -26,12 +26,6 @@ def run_list(*, tenant: Tenant, state: str = "", title: str = "") -> QuerySet[Ru
     return runs.order_by("-id")
 
 
-def run_last_seq(*, run: Run) -> int:
-    """The sequence number of the run's latest event (0 before any)."""
-    last = Event.objects.filter(run=run).order_by("-seq").values_list("seq", flat=True).first()
-    return last or 0
-
-
 def run_for_page(*, tenant: Tenant, run_id: str) -> Run:
     """The run for its console page, with its API key and the key's person (the page names
     them) and, as `last_seq`, the sequence number of its latest event (0 before any): one
