@@ -100,15 +100,9 @@ def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
         if not context["live"]:
             response.status_code = 286
         return response
-    return render(
-        request,
-        "runs/detail.html",
-        {
-            **context,
-            "feedback": run_feedback(run=run),
-            "call_options": run_rows.call_options(tool_calls),
-        },
-    )
+    # Outside the polled part: the feedback form and what was said.
+    context.update(feedback=run_feedback(run=run), call_options=run_rows.call_options(tool_calls))
+    return render(request, "runs/detail.html", context)
 
 
 def _before(text: str, last_seq: int) -> int | None:
