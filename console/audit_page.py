@@ -15,7 +15,7 @@ from typing import Any
 
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.html import format_html_join
+from django.utils.html import format_html, format_html_join
 
 from console.audit import AuditQuery, admin_events_of_span, audit_events, cursor_at
 from runs.models import AdminEvent, Tenant
@@ -33,6 +33,30 @@ COLUMNS = (
     "approval_id",
     "decision_id",
     "capability_id",
+)
+
+
+# A row as the page shows it, for `format_html` (which escapes each value once). Written
+# here, not in the template: at 100 rows a page, a dozen template look-ups per row (each
+# resolved, localized and escaped) were still half of the page's server time.
+_RUN_ROW = (
+    "<tr>"
+    '<td data-label="When"><time datetime="{iso}">{when}</time></td>'
+    '<td data-label="Event"><a href="{run_url}#{id}"><strong>{event_type}</strong></a>'
+    '<br><code class="muted">{id}</code></td>'
+    '<td data-label="Person">{person}</td>'
+    '<td data-label="Run"><a href="{run_url}"><code>{run_id}</code></a> #{seq}</td>'
+    '<td data-label="Ids">{ids}{capability}</td>'
+    "</tr>"
+)
+_ADMIN_ROW = (
+    '<tr class="admin-event">'
+    '<td data-label="When"><time datetime="{iso}">{when}</time></td>'
+    '<td data-label="Event"><strong>{event_type}</strong><br><code class="muted">{id}</code></td>'
+    '<td data-label="Person">{person}</td>'
+    '<td data-label="Run"><span class="muted">administration</span> #{seq}</td>'
+    '<td data-label="Ids"><code>{subject}</code> {in_words}</td>'
+    "</tr>"
 )
 
 
@@ -78,9 +102,8 @@ def _run_row(event: tuple, zone: tzinfo, run_urls: dict[str, str]) -> dict[str, 
         # A page holds a few runs' events: one reverse() per run, not two per row.
         url = run_urls[run_id] = reverse("runs:detail", args=[run_id])
     iso, when = _times(at, zone)
-    return {
+    shown = {
         "id": pk,
-        "at": at,
         "iso": iso,
         "when": when,
         "event_type": event_type,
@@ -88,20 +111,20 @@ def _run_row(event: tuple, zone: tzinfo, run_urls: dict[str, str]) -> dict[str, 
         "run_id": run_id,
         "run_url": url,
         "seq": seq,
-        # One value for the ids the event carries, not a template `if` and look-up for each.
         "ids": format_html_join(
             "", "<code>{}</code> ", ((i,) for i in (tool_call_id, approval_id, decision_id) if i)
         ),
-        "capability_id": capability_id,
+        "capability": (
+            format_html('<span class="muted">{}</span>', capability_id) if capability_id else ""
+        ),
     }
+    return {"at": at, **shown, "html": format_html(_RUN_ROW, **shown)}
 
 
 def _admin_row(event: AdminEvent, zone: tzinfo) -> dict[str, Any]:
     iso, when = _times(event.occurred_at, zone)
-    return {
-        "admin": True,
+    shown = {
         "id": event.pk,
-        "at": event.occurred_at,
         "iso": iso,
         "when": when,
         "event_type": event.event_type,
@@ -109,4 +132,10 @@ def _admin_row(event: AdminEvent, zone: tzinfo) -> dict[str, Any]:
         "seq": event.seq,
         "subject": event.subject,
         "in_words": event.in_words,
+    }
+    return {
+        "admin": True,
+        "at": event.occurred_at,
+        **shown,
+        "html": format_html(_ADMIN_ROW, **shown),
     }

@@ -82,3 +82,13 @@ def test_the_page_shows_the_rows_newest_first_with_their_links(
     for event in newest_first:
         assert f'href="/runs/{event.run_id}/#{event.pk}"' in content
     assert "key bot (key_1) revoked" in content
+
+
+def test_what_people_and_agents_wrote_is_escaped(
+    tenant: Tenant, admin_user: User, sandbox: Sandbox
+) -> None:
+    actor = 'api_key:<script>alert("x")</script>'
+    run_services.run_start(tenant=tenant, title="Refund", actor=actor)
+    content = logged_in(admin_user).get("/audit/").content.decode()
+    assert "<script>alert" not in content
+    assert "api_key:&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in content
