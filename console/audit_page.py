@@ -1,6 +1,6 @@
 """The audit page's rows: 100 run events read as tuples of the columns the page shows, with the
 admin events of their time span, each written for people in one Python pass (its times, who
-did it, its run's link), so that the template only places flat values.
+did it, its run's link) and as its table row, which the template places.
 
 Why not model instances and template filters: at 100 rows a page, the template's look-ups
 through each instance, `|date` twice and `{% url %}` twice per row were four fifths of the
