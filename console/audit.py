@@ -4,7 +4,7 @@ exported as JSON Lines. Reads only; every read takes the tenant first.
 Admin events (a policy published, a role changed, a key issued or revoked: their own table,
 runs/admin_event_models.py) are listed among the run events, newest first, by the same
 filters. Pages and export chunks are cut by the run events' keyset cursor; each admin event
-goes with the page whose time span holds it (`with_admin_events`), so none is shown twice or
+goes with the page whose time span holds it (`admin_events_of_span`), so none is shown twice or
 skipped, and the cursor stays the run events' own."""
 
 from __future__ import annotations
@@ -165,25 +165,38 @@ def _person_type_and_time(rows: Rows, query: AuditQuery) -> Rows:
     return rows
 
 
-def with_admin_events(
-    *, tenant: Tenant, query: AuditQuery, events: list[Event], last_page: bool
-) -> list[Event | AdminEvent]:
-    """A page of run events with the admin events of its time span, newest first. The span
-    runs from the page before's last event (exclusive) down to this page's last event, or
-    to the beginning on the last page: consecutive pages' spans meet without overlapping."""
+def admin_events_of_span(
+    *, tenant: Tenant, query: AuditQuery, last_shown: datetime | None
+) -> list[AdminEvent]:
+    """The admin events of a page's time span, newest first. The span runs from the page
+    before's last event (exclusive) down to this page's last event `last_shown`, or to the
+    beginning on the last page (None): consecutive pages' spans meet without overlapping."""
     admin = audit_admin_events(tenant=tenant, query=query)
     if query.before is not None:
         admin = admin.filter(occurred_at__lt=query.before[0])
-    if events and not last_page:
-        admin = admin.filter(occurred_at__gte=events[-1].occurred_at)
-    rows: list[Event | AdminEvent] = [*events, *admin[:ADMIN_ROWS]]
+    if last_shown is not None:
+        admin = admin.filter(occurred_at__gte=last_shown)
+    return list(admin[:ADMIN_ROWS])
+
+
+def with_admin_events(
+    *, tenant: Tenant, query: AuditQuery, events: list[Event], last_page: bool
+) -> list[Event | AdminEvent]:
+    """A page of run events with the admin events of its time span, newest first."""
+    last_shown = events[-1].occurred_at if events and not last_page else None
+    admin = admin_events_of_span(tenant=tenant, query=query, last_shown=last_shown)
+    rows: list[Event | AdminEvent] = [*events, *admin]
     # A stable sort: run events keep their (run, seq) order within the same instant.
     return sorted(rows, key=lambda row: row.occurred_at, reverse=True)
 
 
 def cursor_of(event: Event) -> str:
     """Where the next (older) page starts: after this event, in the audit's order."""
-    return f"{_iso(event.occurred_at)}~{event.run_id}~{event.seq}"
+    return cursor_at(event.occurred_at, event.run_id, event.seq)
+
+
+def cursor_at(occurred_at: datetime, run_id: str, seq: int) -> str:
+    return f"{_iso(occurred_at)}~{run_id}~{seq}"
 
 
 def parse_cursor(text: str) -> tuple[datetime, str, int]:

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from django.db import connection
 from django.db.models import (
     CharField,
     Count,
@@ -28,6 +29,7 @@ from django.utils import timezone
 
 from approvals import latency
 from approvals.models import ApprovalLatency
+from console import sql
 from runs.models import Event, Run, Tenant
 from toolcalls.models import (
     DESK_STATUSES,
@@ -159,59 +161,72 @@ class TenantFigures:
         return sum(state != CircuitBreaker.State.CLOSED for state in self.breakers.values())
 
 
-def _scoped(rows: QuerySet, tenant: Tenant | None, path: str = "tenant") -> QuerySet:
-    return rows if tenant is None else rows.filter(**{path: tenant})
+@dataclass
+class MetricRows:
+    """What `collect` reads, as rows: console/sql.py reads the same on PostgreSQL in four
+    statements, `metric_rows_orm` through the ORM elsewhere."""
+
+    tenants: list[tuple[int, str]]  # (id, slug), by slug
+    # (tenant, execution, verification, fencing token, calls)
+    calls: list[tuple[int, str, str, int, int]]
+    # (tenant, oldest status_since, calls, calls newer than now minus each dwell bound)
+    unknown: list[tuple]
+    # (figure, tenant, n) for the per-tenant counts of COUNTED_FIGURES
+    counts: list[tuple[str, int, int]]
+    breakers: list[tuple[int, str, str]]  # (tenant, capability, state), by capability
+    latency: list[tuple[int, int, int, int]]  # (tenant, bucket, count, total µs)
+
+
+# TenantFigures' fields that are one count per tenant.
+COUNTED_FIGURES = (
+    "expired_leases",
+    "runs_needs_human",
+    "duplicate_effects",
+    "remote_dedupe_replays",
+)
 
 
 def collect(*, tenant: Tenant | None, now: datetime | None = None) -> dict[str, TenantFigures]:
     """Figures per tenant slug: one tenant's, or every tenant's with `tenant=None`."""
     now = now or timezone.now()
-    tenants = Tenant.objects.order_by("slug")
-    if tenant is not None:
-        tenants = tenants.filter(pk=tenant.pk)
-    figures = {slug: TenantFigures(slug) for slug in tenants.values_list("slug", flat=True)}
-    calls = _scoped(ToolCall.objects.order_by(), tenant)
-    events = _scoped(Event.objects.order_by(), tenant)
-    slugs = dict(tenants.values_list("pk", "slug"))
-
-    _calls_by_status(calls, slugs, figures)
-    _unknown_dwell(calls, slugs, figures, now)
-
-    expired = calls.filter(execution_status=E.DISPATCHING, lease_expires_at__lt=now)
-    for slug, n in expired.values_list("tenant__slug").annotate(n=Count("pk")):
-        figures[slug].expired_leases = n
-
-    runs = _scoped(Run.objects.order_by(), tenant).filter(state=Run.State.NEEDS_HUMAN)
-    for slug, n in runs.values_list("tenant__slug").annotate(n=Count("pk")):
-        figures[slug].runs_needs_human = n
-
-    for slug, n in _duplicate_effects(events):
-        figures[slug].duplicate_effects = n
-
-    replays = _scoped(Receipt.objects.order_by(), tenant, "tool_call__tenant").filter(
-        status=Receipt.Status.ALREADY_EXISTS
-    )
-    for slug, n in replays.values_list("tool_call__tenant__slug").annotate(n=Count("pk")):
-        figures[slug].remote_dedupe_replays = n
-
-    breakers = _scoped(CircuitBreaker.objects.order_by("capability_id"), tenant)
-    for slug, capability, state in breakers.values_list("tenant__slug", "capability_id", "state"):
-        figures[slug].breakers[capability] = state
-
-    _approval_latency(tenant, slugs, figures)
+    dwell_since = [now - timedelta(seconds=bound) for bound in UNKNOWN_DWELL_BUCKETS]
+    if connection.vendor == "postgresql":
+        tenant_id = None if tenant is None else tenant.pk
+        rows = MetricRows(**sql.metric_rows(tenant_id=tenant_id, now=now, dwell_since=dwell_since))
+    else:
+        rows = metric_rows_orm(tenant=tenant, now=now, dwell_since=dwell_since)
+    slugs = dict(rows.tenants)
+    figures = {slug: TenantFigures(slug) for _, slug in rows.tenants}
+    _calls_by_status(rows.calls, slugs, figures)
+    for tenant_id, oldest, n, *newer in rows.unknown:
+        tenant_figures = figures[slugs[tenant_id]]
+        tenant_figures.oldest_unknown_seconds = max(0.0, (now - oldest).total_seconds())
+        tenant_figures.unknown_dwell.count = n
+        tenant_figures.unknown_dwell.cumulative = list(newer)
+    for figure, tenant_id, n in rows.counts:
+        setattr(figures[slugs[tenant_id]], figure, n)
+    for tenant_id, capability, state in rows.breakers:
+        figures[slugs[tenant_id]].breakers[capability] = state
+    for tenant_id, bucket, count, total_us in rows.latency:
+        # From the latency counts (approvals/latency.py): a few rows per tenant, kept in the
+        # transactions that decided, whatever the number of decisions.
+        histogram = figures[slugs[tenant_id]].approval_latency
+        histogram.count += count
+        histogram.total += total_us / 1_000_000
+        for i in range(bucket, len(histogram.bounds)):
+            histogram.cumulative[i] += count
     return figures
 
 
 def _calls_by_status(
-    calls: QuerySet[ToolCall], slugs: dict[int, str], figures: dict[str, TenantFigures]
+    rows: list[tuple[int, str, str, int, int]],
+    slugs: dict[int, str],
+    figures: dict[str, TenantFigures],
 ) -> None:
     """Calls by execution and by verification status, and attempts per call sent at least
     once, from one scan of the index (tenant, execution, verification, fencing token): each
     claim is one attempt and one fencing token (toolcalls/dispatch.py, `_take`), so a call's
     token counts its attempts without reading the attempts."""
-    rows = calls.values_list(
-        "tenant_id", "execution_status", "verification_status", "fencing_token"
-    ).annotate(n=Count("*"))
     for tenant_id, execution, verification, attempts, n in rows:
         tenant_figures = figures[slugs[tenant_id]]
         tenant_figures.calls_by_execution[execution] += n
@@ -225,31 +240,59 @@ def _calls_by_status(
                     histogram.cumulative[i] += n
 
 
-def _unknown_dwell(
-    calls: QuerySet[ToolCall],
-    slugs: dict[int, str],
-    figures: dict[str, TenantFigures],
-    now: datetime,
-) -> None:
-    """How long each call still in result_unknown has been there, bucketed in SQL, from the
-    time it entered its status (`status_since`, stamped with its tool_call.result_unknown
-    event): read from the desk's partial index, without probing the log per call."""
-    buckets = {
-        f"le_{i}": Count("pk", filter=Q(status_since__gte=now - timedelta(seconds=bound)))
-        for i, bound in enumerate(UNKNOWN_DWELL_BUCKETS)
+def _scoped(rows: QuerySet, tenant: Tenant | None, path: str = "tenant") -> QuerySet:
+    return rows if tenant is None else rows.filter(**{path: tenant})
+
+
+def metric_rows_orm(
+    *, tenant: Tenant | None, now: datetime, dwell_since: list[datetime]
+) -> MetricRows:
+    """The rows of `collect` through the ORM (what console/sql.py reads on PostgreSQL)."""
+    calls = _scoped(ToolCall.objects.order_by(), tenant)
+    status_rows = calls.values_list(
+        "tenant_id", "execution_status", "verification_status", "fencing_token"
+    ).annotate(n=Count("*"))
+    # How long each call still in result_unknown has been there, bucketed in SQL, from the
+    # time it entered its status (`status_since`, stamped with its tool_call.result_unknown
+    # event): read from the desk's partial index, without probing the log per call.
+    newer = {
+        f"le_{i}": Count("pk", filter=Q(status_since__gte=since))
+        for i, since in enumerate(dwell_since)
     }
-    rows = (
+    unknown = (
         calls.filter(execution_status__in=DESK_STATUSES)
         .filter(execution_status=E.RESULT_UNKNOWN)
-        .values("tenant_id")
-        .annotate(oldest=Min("status_since"), n=Count("pk"), **buckets)
+        .values_list("tenant_id")
+        .annotate(oldest=Min("status_since"), n=Count("pk"), **newer)
     )
-    for row in rows:
-        tenant_figures = figures[slugs[row["tenant_id"]]]
-        tenant_figures.oldest_unknown_seconds = max(0.0, (now - row["oldest"]).total_seconds())
-        histogram = tenant_figures.unknown_dwell
-        histogram.count = row["n"]
-        histogram.cumulative = [row[f"le_{i}"] for i in range(len(histogram.bounds))]
+    expired = calls.filter(execution_status=E.DISPATCHING, lease_expires_at__lt=now)
+    runs = _scoped(Run.objects.order_by(), tenant).filter(state=Run.State.NEEDS_HUMAN)
+    replays = _scoped(Receipt.objects.order_by(), tenant, "tool_call__tenant").filter(
+        status=Receipt.Status.ALREADY_EXISTS
+    )
+    counts = {
+        "expired_leases": expired.values_list("tenant_id"),
+        "runs_needs_human": runs.values_list("tenant_id"),
+        "duplicate_effects": _duplicate_effects(_scoped(Event.objects.order_by(), tenant)),
+        "remote_dedupe_replays": replays.values_list("tool_call__tenant_id"),
+    }
+    breakers = _scoped(CircuitBreaker.objects.order_by("capability_id"), tenant)
+    latency = _scoped(ApprovalLatency.objects.order_by(), tenant)
+    tenants = Tenant.objects.order_by("slug")
+    if tenant is not None:
+        tenants = tenants.filter(pk=tenant.pk)
+    return MetricRows(
+        tenants=list(tenants.values_list("pk", "slug")),
+        calls=list(status_rows),
+        unknown=list(unknown),
+        counts=[
+            (figure, tenant_id, n)
+            for figure, rows in counts.items()
+            for tenant_id, n in rows.annotate(n=Count("pk"))
+        ],
+        breakers=list(breakers.values_list("tenant_id", "capability_id", "state")),
+        latency=list(latency.values_list("tenant_id", "bucket", "count", "total_us")),
+    )
 
 
 def _duplicate_effects(events: QuerySet[Event]) -> QuerySet:
@@ -263,25 +306,8 @@ def _duplicate_effects(events: QuerySet[Event]) -> QuerySet:
             accepted=Coalesce(Subquery(accepted), Value("")),
         )
         .exclude(Q(seen="") | Q(accepted="") | Q(seen=F("accepted")))
-        .values_list("tenant__slug")
-        .annotate(n=Count("pk"))
+        .values_list("tenant_id")
     )
-
-
-def _approval_latency(
-    tenant: Tenant | None, slugs: dict[int, str], figures: dict[str, TenantFigures]
-) -> None:
-    """From the latency counts (approvals/latency.py): a few rows per tenant, kept in the
-    transactions that decided, whatever the number of decisions."""
-    rows = _scoped(ApprovalLatency.objects.order_by(), tenant).values_list(
-        "tenant_id", "bucket", "count", "total_us"
-    )
-    for tenant_id, bucket, count, total_us in rows:
-        histogram = figures[slugs[tenant_id]].approval_latency
-        histogram.count += count
-        histogram.total += total_us / 1_000_000
-        for i in range(bucket, len(histogram.bounds)):
-            histogram.cumulative[i] += count
 
 
 # --- Prometheus text format 0.0.4 ------------------------------------------------------------

@@ -241,7 +241,7 @@ def test_the_page_shows_100_events_at_a_time(tenant: Tenant, admin_user: User) -
     assert len(second.context["events"]) == 21
     assert second.context["older"] == ""
     assert "Newest" in second.content.decode()
-    seen = {e.pk for e in first.context["events"]} | {e.pk for e in second.context["events"]}
+    seen = {e["id"] for e in first.context["events"]} | {e["id"] for e in second.context["events"]}
     assert len(seen) == 121
 
 

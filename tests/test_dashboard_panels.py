@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from datetime import timedelta
 
-from django.utils import timezone
+from django.utils import dateformat, timezone
 
 from approvals.models import Approval
 from console import dashboard, metrics
@@ -92,3 +92,24 @@ def test_the_dashboard_draws_the_trend_as_an_accessible_svg_with_a_table(
     assert "Hour by hour" in page
     assert "1 proposed, 1 dispatched, 0 answer lost" in page
     assert 'id="approvals-by-age"' in page and 'id="unknowns-by-dwell"' in page
+
+
+def test_the_chart_and_its_table_are_drawn_from_the_counts_in_the_current_time_zone() -> None:
+    now = timezone.now().replace(minute=0, second=0, microsecond=0)
+    hours = [now - timedelta(hours=23 - i) for i in range(24)]
+    series = {"proposed": [0] * 23 + [4], "dispatched": [0] * 24, "answer lost": [2] + [0] * 23}
+    trend = dashboard.Trend(hours, series)
+    # Not UTC, and not a whole hour from it: a time left unconverted would show.
+    with timezone.override("Asia/Kolkata"):
+        svg, table = str(trend.svg()), str(trend.hour_rows())
+        first = timezone.localtime(hours[0])
+    # The peak touches the top of the box (y 8), zero lies on the baseline (y 140).
+    assert 'points="36.0,140.0' in svg and "480.0,8.0" in svg and "36.0,74.0" in svg
+    assert '<text x="32" y="16" text-anchor="end" class="tick">4</text>' in svg
+    assert f'<text x="36" y="156" class="tick">{first:%H:%M}</text>' in svg
+    assert "4 proposed, 0 dispatched, 2 answer lost in all, at most 4 in one hour" in svg
+    assert table.startswith(
+        f'<tr><td data-label="Hour"><time datetime="{dateformat.format(first, "c")}">'
+        f"{dateformat.format(first, 'H:i')}</time></td><td>0</td><td>0</td><td>2</td></tr>"
+    )
+    assert table.count("<tr>") == 24

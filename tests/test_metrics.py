@@ -6,11 +6,12 @@ import re
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
 from approvals.models import Approval
-from console import metrics
+from console import metrics, sql
 from runs.models import Event, Run, Tenant, User
 from tests.helpers import (
     BIG_REFUND,
@@ -64,7 +65,25 @@ def scrape(user: User) -> dict:
     response = logged_in(user).get("/metrics")
     assert response.status_code == 200
     assert response["Content-Type"].startswith("text/plain; version=0.0.4")
+    sql_reads_what_the_orm_reads(user.tenant)
     return parse(response.content.decode())
+
+
+def sql_reads_what_the_orm_reads(tenant: Tenant) -> None:
+    """console/sql.py, which /metrics reads on PostgreSQL, and the ORM's queries read the same
+    rows, for one tenant and for all: each test's scrape checks it on that test's state."""
+    if connection.vendor != "postgresql":
+        return
+    now = timezone.now()
+    since = [now - timedelta(seconds=b) for b in metrics.UNKNOWN_DWELL_BUCKETS]
+    for scope in (tenant, None):
+        tenant_id = None if scope is None else scope.pk
+        read = sql.metric_rows(tenant_id=tenant_id, now=now, dwell_since=since)
+        orm = vars(metrics.metric_rows_orm(tenant=scope, now=now, dwell_since=since))
+        assert {key: sorted(rows) for key, rows in read.items()} == {
+            key: sorted(tuple(row) for row in rows) for key, rows in orm.items()
+        }
+        assert read["tenants"] == orm["tenants"] and read["breakers"] == orm["breakers"]
 
 
 # --- the text -------------------------------------------------------------------------------

@@ -14,9 +14,8 @@ from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
-from console import audit, metrics
+from console import audit, audit_page, metrics
 from console import dashboard as panels
-from runs.models import Event
 from runs.permissions import tenant_admin_required
 from toolcalls import selectors
 
@@ -28,20 +27,17 @@ AUDIT_PAGE_SIZE = 100
 def audit_search(request: HttpRequest) -> HttpResponse:
     query, errors = audit.audit_query_from(request.GET)
     # A search it cannot read shows nothing rather than results it did not ask for.
-    events = (
-        Event.objects.none()
+    page = (
+        audit_page.AuditPage([], "")
         if errors
-        else audit.audit_events(tenant=request.user.tenant, query=query)
+        else audit_page.audit_page(tenant=request.user.tenant, query=query, size=AUDIT_PAGE_SIZE)
     )
-    # One row more than a page says whether there is an older page, without counting them all.
-    rows = list(events[: AUDIT_PAGE_SIZE + 1])
-    shown = rows[:AUDIT_PAGE_SIZE]
-    older = audit.cursor_of(shown[-1]) if len(rows) > AUDIT_PAGE_SIZE else ""
-    if not errors:
-        shown = audit.with_admin_events(
-            tenant=request.user.tenant, query=query, events=shown, last_page=not older
-        )
-    context = {"events": shown, "older": older, "errors": errors, "paged": bool(query.before)}
+    context = {
+        "events": page.rows,
+        "older": page.older,
+        "errors": errors,
+        "paged": bool(query.before),
+    }
     return render(request, "runs/audit.html", context)
 
 
