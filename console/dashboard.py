@@ -34,12 +34,14 @@ class Bucket:
 
 def approvals_by_age(*, tenant: Tenant, now: datetime) -> list[Bucket]:
     """Pending approvals by how long they have waited: under 5 min, 5 min to 1 h, …"""
+    # Counts of created_at (never null) and COUNT(*), not of id: with created_at included in
+    # approval_changed, that index alone answers it (10,000 pending approvals, no table reads).
     counts = {
-        f"b{i}": Count("pk", filter=Q(created_at__gt=now - timedelta(seconds=bound)))
+        f"b{i}": Count("created_at", filter=Q(created_at__gt=now - timedelta(seconds=bound)))
         for i, bound in enumerate(APPROVAL_AGE_BUCKETS)
     }
     row = Approval.objects.filter(tenant=tenant, state=Approval.State.PENDING).aggregate(
-        n=Count("pk"), **counts
+        n=Count("*"), **counts
     )
     buckets, below, lower = [], 0, "0 s"
     for i, bound in enumerate(APPROVAL_AGE_BUCKETS):

@@ -158,6 +158,16 @@ class Run(FSMModelMixin, models.Model):
                 name="run_unique_external_ref_per_tenant",
             ),
         ]
+        indexes = [
+            # The desk, the dashboard and /metrics ask for the runs waiting for a person: a
+            # handful among thousands, so a partial index of only them (a run enters and leaves
+            # this state once or twice in its life; its other updates stay HOT).
+            models.Index(
+                fields=["tenant"],
+                condition=models.Q(state="needs_human"),
+                name="run_needs_human",
+            ),
+        ]
 
     def __str__(self) -> str:
         return self.id
