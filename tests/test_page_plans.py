@@ -76,7 +76,7 @@ def test_the_approval_page_reads_the_newest_calls_on_the_object_first(tenant: Te
         )
 
     shown = plan_of(read, "toolcalls_toolcall")
-    assert "toolcall_object" in shown
+    assert "toolcall_obj" in shown
     assert "Sort" not in shown
 
 

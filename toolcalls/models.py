@@ -138,20 +138,15 @@ class ToolCall(FSMModelMixin, SavesChangedFields, models.Model):
         indexes = [
             models.Index(fields=["execution_status", "lease_expires_at"]),
             models.Index(fields=["run", "execution_status"]),
-            # The other calls on one object: one writer, and what is still refundable. Keyed
-            # on to the approval page's order (newest first), so its 20 rows are the first 20
-            # the index gives, not a sort of every call ever made on a busy object.
-            models.Index(
-                fields=["tenant", "object_ref", "-created_at", "-id"], name="toolcall_object"
-            ),
+            # Calls on an object: one writer, refunds left, the approval page's newest 20 first.
+            models.Index(fields=["tenant", "object_ref", "created_at", "id"], name="toolcall_obj"),
             # The dashboard and /metrics count calls by status and attempts (fencing token) in
             # one scan of this index, not of the table.
             models.Index(
                 fields=["tenant", "execution_status", "verification_status", "fencing_token"],
                 name="toolcall_figures",
             ),
-            # The desk: longest waits first and counts by capability, from this index alone.
-            # `id` breaks ties in the desk's order, so its first 100 rows need no sort.
+            # The desk: longest waits first (then id), counts by capability, from this index.
             models.Index(
                 fields=["tenant", "status_since", "id"],
                 include=["execution_status", "lease_expires_at", "capability_id"],

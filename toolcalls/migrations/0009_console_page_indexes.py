@@ -23,7 +23,7 @@ class Migration(migrations.Migration):
         migrations.AddIndex(
             model_name="toolcall",
             index=models.Index(
-                fields=["tenant", "object_ref", "-created_at", "-id"], name="toolcall_object"
+                fields=["tenant", "object_ref", "created_at", "id"], name="toolcall_obj"
             ),
         ),
         migrations.AddIndex(
