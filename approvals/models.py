@@ -111,7 +111,13 @@ class Approval(FSMModelMixin, SavesChangedFields, models.Model):
         indexes = [
             models.Index(fields=["tenant", "state", "expires_at"]),
             # The inbox's poll asks whether anything pending changed since it last looked.
-            models.Index(fields=["tenant", "state", "updated_at"], name="approval_changed"),
+            # With created_at in it, the dashboard counts pending approvals by age from this
+            # index alone (created_at never changes: no update pays for it).
+            models.Index(
+                fields=["tenant", "state", "updated_at"],
+                include=["created_at"],
+                name="approval_changed",
+            ),
         ]
 
     def __str__(self) -> str:

@@ -72,8 +72,9 @@ class InboxState:
 
 
 def inbox_state(*, tenant: Tenant) -> InboxState:
+    # COUNT(*), not COUNT(id): the approval_changed index alone answers it (no table reads).
     figures = Approval.objects.filter(tenant=tenant, state=Approval.State.PENDING).aggregate(
-        count=Count("pk"), latest=Max("updated_at")
+        count=Count("*"), latest=Max("updated_at")
     )
     return InboxState(figures["count"], figures["latest"])
 

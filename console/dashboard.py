@@ -65,10 +65,13 @@ def pending_approvals_newer_than_orm(
 ) -> tuple[int, list[int]]:
     """What console/sql.py reads on PostgreSQL, through the ORM."""
     counts = {
-        f"b{i}": Count("pk", filter=Q(created_at__gt=moment)) for i, moment in enumerate(moments)
+        # Counts of created_at (never null) and COUNT(*), not of id: with created_at in
+        # approval_changed, that index alone answers it (10,000 pending, no table reads).
+        f"b{i}": Count("created_at", filter=Q(created_at__gt=moment))
+        for i, moment in enumerate(moments)
     }
     row = Approval.objects.filter(tenant=tenant, state=Approval.State.PENDING).aggregate(
-        n=Count("pk"), **counts
+        n=Count("*"), **counts
     )
     return row["n"], [row[f"b{i}"] for i in range(len(moments))]
 

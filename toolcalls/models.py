@@ -138,17 +138,17 @@ class ToolCall(FSMModelMixin, SavesChangedFields, models.Model):
         indexes = [
             models.Index(fields=["execution_status", "lease_expires_at"]),
             models.Index(fields=["run", "execution_status"]),
-            # The other calls on one object: one writer, and what is still refundable.
-            models.Index(fields=["tenant", "object_ref"]),
+            # Calls on an object: one writer, refunds left, the approval page's newest 20 first.
+            models.Index(fields=["tenant", "object_ref", "created_at", "id"], name="toolcall_obj"),
             # The dashboard and /metrics count calls by status and attempts (fencing token) in
             # one scan of this index, not of the table.
             models.Index(
                 fields=["tenant", "execution_status", "verification_status", "fencing_token"],
                 name="toolcall_figures",
             ),
-            # The desk: longest waits first and counts by capability, from this index alone.
+            # The desk: longest waits first (then id), counts by capability, from this index.
             models.Index(
-                fields=["tenant", "status_since"],
+                fields=["tenant", "status_since", "id"],
                 include=["execution_status", "lease_expires_at", "capability_id"],
                 condition=models.Q(execution_status__in=DESK_STATUSES),
                 name="toolcall_desk",

@@ -49,6 +49,11 @@ class Command(BaseCommand):
             "--profile", metavar="PAGE", help="profile one page (e.g. 'run page'), seed nothing"
         )
         parser.add_argument(
+            "--explain",
+            action="store_true",
+            help="PostgreSQL's time for each page's statements (EXPLAIN ANALYZE), seed nothing",
+        )
+        parser.add_argument(
             "--add-data", action="store_true", help="seed even if the database holds runs"
         )
         parser.add_argument("--inner", choices=["seed", "measure"], help="(internal)")
@@ -78,7 +83,7 @@ class Command(BaseCommand):
         }
         self._run(["migrate", "--noinput", "-v", "0"], env)
         runs = _count_runs(target)
-        if not options["measure_only"] and not options["profile"]:
+        if not (options["measure_only"] or options["profile"] or options["explain"]):
             if runs and not options["add_data"]:
                 raise CommandError(
                     f"The database {name} already holds {runs} runs: pass --measure-only to "
@@ -95,6 +100,7 @@ class Command(BaseCommand):
                 "--repeat",
                 str(options["repeat"]),
                 *(["--profile", options["profile"]] if options["profile"] else []),
+                *(["--explain"] if options["explain"] else []),
             ],
             env,
         )
@@ -137,7 +143,7 @@ class Command(BaseCommand):
         if options["inner"] == "seed":
             self._inner_seed(json.loads(Path(options["inner_file"]).read_text()))
         else:
-            self._inner_measure(options["repeat"], options["profile"])
+            self._inner_measure(options["repeat"], options["profile"], options["explain"])
 
     def _inner_seed(self, spec: dict[str, int]) -> None:
         from bench import pages_seed
@@ -162,8 +168,8 @@ class Command(BaseCommand):
             f"{time.process_time():.0f} s): {pages_seed.counts()}"
         )
 
-    def _inner_measure(self, repeat: int, profile: str | None) -> None:
-        from bench import pages_measure, pages_profile, pages_seed
+    def _inner_measure(self, repeat: int, profile: str | None, explain: bool) -> None:
+        from bench import pages_explain, pages_measure, pages_profile, pages_seed
         from runs.models import User
 
         self.stdout.write(f"data: {pages_seed.counts()}")
@@ -173,6 +179,9 @@ class Command(BaseCommand):
             raise CommandError("no bench admin (olivia) in this database: seed it first.")
         if profile:
             pages_profile.profile_page(admin, profile, repeat, self.stdout.write)
+            return
+        if explain:
+            pages_explain.explain_all(admin, self.stdout.write, plans=True)
             return
         pages_measure.measure_all(admin, repeat, self.stdout.write)
 
