@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 
 from console import audit
 from console.views import ops
@@ -158,10 +160,44 @@ def test_each_tenants_admin_events_are_chained_in_order(changes: dict, tenant: T
     call_command("verify_event_chain")
 
 
+@contextmanager
+def maintenance() -> Iterator[None]:
+    """A maintenance session: the only way past the append-only trigger."""
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL countersign.allow_event_rewrite = 'on'")
+        yield
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "UPDATE runs_adminevent SET payload = '{}'",
+        "DELETE FROM runs_adminevent WHERE seq = (SELECT max(seq) FROM runs_adminevent)",
+        "TRUNCATE runs_adminevent",
+    ],
+)
+def test_the_database_refuses_to_rewrite_admin_events(changes: dict, statement: str) -> None:
+    # Deleting the newest row is what the chain alone cannot see: nothing links to it.
+    with (
+        pytest.raises(DatabaseError, match="runs_adminevent is append-only"),
+        transaction.atomic(),
+        connection.cursor() as cursor,
+    ):
+        cursor.execute(statement)
+    assert AdminEvent.objects.count() == 4
+    assert verify_admin_chain() == ([], 4)
+
+
 def test_changing_one_admin_event_is_detected(changes: dict, tenant: Tenant) -> None:
     issued = AdminEvent.objects.get(tenant=tenant, event_type="api_key.issued")
-    # Someone with database access widens what the record says the key was given.
-    AdminEvent.objects.filter(pk=issued.pk).update(payload={"name": "refund bot", "scopes": ["*"]})
+    # Someone with database access, past the append-only trigger, widens what the record
+    # says the key was given.
+    with maintenance():
+        AdminEvent.objects.filter(pk=issued.pk).update(
+            payload={"name": "refund bot", "scopes": ["*"]}
+        )
     problems, _ = verify_admin_chain()
     assert problems == [
         f"admin tenant {tenant.pk}#2 ({issued.pk}): content does not match its hash "
@@ -172,7 +208,8 @@ def test_changing_one_admin_event_is_detected(changes: dict, tenant: Tenant) -> 
 
 
 def test_removing_one_admin_event_is_detected(changes: dict, tenant: Tenant) -> None:
-    AdminEvent.objects.filter(tenant=tenant, seq=2).delete()
+    with maintenance():
+        AdminEvent.objects.filter(tenant=tenant, seq=2).delete()
     problems, _ = verify_admin_chain()
     assert len(problems) == 2
     assert "#3" in problems[0] and "sequence gap, expected #2" in problems[0]
