@@ -1,4 +1,4 @@
-"""Chat channels made before `tool_call.still_unknown` existed: toolcalls.0009 adds it to
+"""Chat channels made before `tool_call.still_unknown` existed: toolcalls.0010 adds it to
 those that hear of desk items, and to no other."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from django.db.migrations.executor import MigrationExecutor
 
 from toolcalls.models import Webhook
 
-BEFORE = [("toolcalls", "0008_desk_status_since")]
+BEFORE = [("toolcalls", "0009_console_page_indexes")]
 
 
 @pytest.mark.django_db(transaction=True)

@@ -53,6 +53,6 @@ def drop(apps: object, schema_editor: object) -> None:
 
 
 class Migration(migrations.Migration):
-    dependencies = [("runs", "0012_admin_event_chain")]
+    dependencies = [("runs", "0014_event_person_index")]
 
     operations = [migrations.RunPython(create, drop)]

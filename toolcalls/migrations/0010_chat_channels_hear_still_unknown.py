@@ -19,7 +19,7 @@ def add(apps: object, schema_editor: object) -> None:
 
 
 class Migration(migrations.Migration):
-    dependencies = [("toolcalls", "0008_desk_status_since")]
+    dependencies = [("toolcalls", "0009_console_page_indexes")]
 
     # Backwards leaves the lists as they are: a channel may have chosen it since.
     operations = [migrations.RunPython(add, migrations.RunPython.noop)]
