@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import json
 
+import psycopg
 import pytest
 from django.core.management import CommandError, call_command
-from django.db import connection, transaction
+from django.db import InternalError, connection, transaction
 
 from runs import chain_check, projections, services
 from runs.events import verify_chain
@@ -194,3 +195,35 @@ def test_a_decision_changed_behind_its_event_is_found_by_the_fast_replay(tenant:
     Decision.objects.filter(run=run).update(content={"n": 2**53 - 2, "when": "2026-12-01"})
     problems = projections.verify()
     assert len(problems) == 1 and "content" in problems[0], problems
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_run_changed_while_the_check_runs_is_not_a_difference(
+    tenant: Tenant, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The check reads the log and the rows in one snapshot: a run renamed (committed by
+    another connection) after the replay began is compared as it was when it began, and the
+    check's own transaction refuses writes."""
+    run = finished_run(tenant, "as logged", {"i": 0})
+    db = connection.settings_dict
+    compare = projections._compare
+
+    def rename_then_compare(rebuilt: dict, run_ids: list[str]) -> list[str]:
+        with psycopg.connect(
+            host=db["HOST"], port=db["PORT"], user=db["USER"], dbname=db["NAME"], autocommit=True
+        ) as other:
+            other.execute("UPDATE runs_run SET title = 'moved on' WHERE id = %s", [run.pk])
+        return compare(rebuilt, run_ids)
+
+    monkeypatch.setattr(projections, "_compare", rename_then_compare)
+    assert projections.verify() == []
+    monkeypatch.setattr(projections, "_compare", compare)
+    assert projections.verify() == [f"run {run.pk}: title stored='moved on' rebuilt='as logged'"]
+
+    def write(rebuilt: dict, run_ids: list[str]) -> list[str]:
+        Run.objects.filter(pk=run.pk).update(title="written by the check")
+        return []
+
+    monkeypatch.setattr(projections, "_compare", write)
+    with pytest.raises(InternalError, match="read-only transaction"):
+        projections.verify()
