@@ -8,12 +8,10 @@ returns one line per difference: drift between the log and the rows is a bug.
 from __future__ import annotations
 
 import json
-import queue
 import re
-import threading
 from collections import namedtuple
 from collections.abc import Callable, Collection, Iterable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +25,7 @@ from psycopg.types.datetime import TimestamptzLoader
 from runs.event_types import RUN_TRANSITION_EVENTS
 from runs.events import upcast
 from runs.models import Decision, Event, Run
+from runs.prefetch import prefetched
 
 Rows = dict[str, dict[str, Any]]
 Reducer = Callable[[Rows, Event, dict[str, Any]], None]
@@ -256,40 +255,10 @@ def _log() -> Iterator[Iterator[EventRow]]:
 
 
 def _rows(cursor: Any) -> Iterator[EventRow]:
-    """The events, the next FETCH rows fetched by a thread while these are replayed: the
-    server reads them (and psycopg waits for it without holding the GIL) while this thread
-    runs the reducers, instead of each waiting in turn. At most two fetches wait in the
-    queue. psycopg's connection lock orders these fetches and the main thread's queries of
-    stored rows on the one connection."""
-    chunks: queue.Queue[list[tuple] | BaseException] = queue.Queue(maxsize=2)
-    stop = threading.Event()
-
-    def fetch() -> None:
-        try:
-            while not stop.is_set():
-                rows = cursor.fetchmany(FETCH)
-                chunks.put(rows)
-                if not rows:
-                    return
-        except BaseException as exc:  # raised again in the replaying thread
-            chunks.put(exc)
-
-    fetcher = threading.Thread(target=fetch, name="replay_events", daemon=True)
-    fetcher.start()
-    try:
-        while True:
-            rows = chunks.get()
-            if isinstance(rows, BaseException):
-                raise rows
-            if not rows:
-                return
+    # The next FETCH rows are fetched while these are replayed (runs/prefetch.py).
+    with closing(prefetched(cursor.fetchmany, FETCH)) as chunks:
+        for rows in chunks:
             yield from map(EventRow._make, rows)
-    finally:
-        stop.set()
-        while fetcher.is_alive():  # unblock a fetcher waiting for room in the queue
-            with suppress(queue.Empty):
-                chunks.get(timeout=0.1)
-        fetcher.join()
 
 
 # --- runs -----------------------------------------------------------------------------------
