@@ -96,9 +96,9 @@ def diff(name: str, rebuilt: Rows, stored: Rows) -> list[str]:
 
 # Reducers read an event's fields only; a plain tuple with the same names costs a fraction of
 # building a model instance per event (most of the replay's CPU before). Only the fields the
-# reducers read are fetched: the hashes, ids and the second time of each event are a third
-# of a row's bytes and loading, and no projection reads them (the chain check does). A
-# reducer reading another field fails loudly (AttributeError): add it here.
+# reducers read are fetched: no projection reads the two hashes (128 characters), the event's
+# id, seq and other ids or its recorded time (the chain check does), and each costs loading
+# per row. A reducer reading another field fails loudly (AttributeError): add it here.
 EVENT_FIELDS = [
     "run_id",
     "event_type",
