@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from contextlib import closing
 from hashlib import sha256
 from typing import Any
 
@@ -26,6 +27,7 @@ import orjson
 from django.db import connection, transaction
 
 from runs.events import GENESIS_HASH, hash_body
+from runs.prefetch import prefetched
 
 _ISO = '\'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"\''
 SELECT = (
@@ -46,10 +48,12 @@ _SORTED = orjson.OPT_SORT_KEYS
 def _rows() -> Iterator[tuple]:
     # A named (server-side) cursor streams rows in FETCH-sized batches instead of the
     # driver holding the whole result; it lives in a transaction (PostgreSQL's rule).
+    # The next FETCH rows are fetched while these are hashed (runs/prefetch.py).
     with transaction.atomic(), connection.chunked_cursor() as cursor:
         cursor.execute(SELECT)
-        while batch := cursor.fetchmany(FETCH):
-            yield from batch
+        with closing(prefetched(cursor.fetchmany, FETCH)) as batches:
+            for batch in batches:
+                yield from batch
 
 
 def verify_log() -> tuple[list[str], int]:

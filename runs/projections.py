@@ -11,12 +11,13 @@ import json
 import re
 from collections import namedtuple
 from collections.abc import Callable, Collection, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 from django.db import connection, transaction
+from django.db.models import Exists, OuterRef
 from psycopg.abc import Buffer
 from psycopg.adapt import Loader
 from psycopg.types.datetime import TimestamptzLoader
@@ -24,6 +25,7 @@ from psycopg.types.datetime import TimestamptzLoader
 from runs.event_types import RUN_TRANSITION_EVENTS
 from runs.events import upcast
 from runs.models import Decision, Event, Run
+from runs.prefetch import prefetched
 
 Rows = dict[str, dict[str, Any]]
 Reducer = Callable[[Rows, Event, dict[str, Any]], None]
@@ -59,13 +61,22 @@ def register_log_check(name: str, check: Callable[[], list[str]]) -> None:
 
 def rebuild(events: Iterable[Event]) -> dict[str, Rows]:
     rebuilt: dict[str, Rows] = {name: {} for name in PROJECTIONS}
+    dispatch = _dispatch(rebuilt)
     for event in events:
         _version, payload = upcast(event.event_type, event.schema_version, event.payload)
-        for name, projection in PROJECTIONS.items():
-            reducer = projection.reducers.get(event.event_type)
-            if reducer is not None:
-                reducer(rebuilt[name], event, payload)
+        for rows, reducer in dispatch.get(event.event_type, ()):
+            reducer(rows, event, payload)
     return rebuilt
+
+
+def _dispatch(rebuilt: dict[str, Rows]) -> dict[str, list[tuple[Rows, Reducer]]]:
+    """Each event type's reducers with the rows they change: one look-up per event instead
+    of one per projection (the replay's inner loop)."""
+    dispatch: dict[str, list[tuple[Rows, Reducer]]] = {}
+    for name, projection in PROJECTIONS.items():
+        for event_type, reducer in projection.reducers.items():
+            dispatch.setdefault(event_type, []).append((rebuilt[name], reducer))
+    return dispatch
 
 
 def diff(name: str, rebuilt: Rows, stored: Rows) -> list[str]:
@@ -84,35 +95,120 @@ def diff(name: str, rebuilt: Rows, stored: Rows) -> list[str]:
 
 
 # Reducers read an event's fields only; a plain tuple with the same names costs a fraction of
-# building a model instance per event (most of the replay's CPU before).
-EVENT_FIELDS = [field.attname for field in Event._meta.concrete_fields]
-EVENT_COLUMNS = [field.column for field in Event._meta.concrete_fields]
+# building a model instance per event (most of the replay's CPU before). Only the fields the
+# reducers read are fetched: no projection reads the two hashes (128 characters), the event's
+# id, seq and other ids or its recorded time (the chain check does), and each costs loading
+# per row. A reducer reading another field fails loudly (AttributeError): add it here.
+EVENT_FIELDS = [
+    "run_id",
+    "event_type",
+    "schema_version",
+    "payload",
+    "tenant_id",
+    "actor",
+    "occurred_at",
+    "decision_id",
+    "tool_call_id",
+    "approval_id",
+]
+EVENT_COLUMNS = [Event._meta.get_field(name).column for name in EVENT_FIELDS]
 EventRow = namedtuple("EventRow", EVENT_FIELDS)
 
-# Runs replayed and compared at a time: what the check holds in memory is one batch's
-# events and rows, whatever the size of the log.
-RUNS_PER_BATCH = 500
+# Events replayed before their runs are compared: a batch closes at the first run boundary
+# past this many events, so what the check holds is a batch's rebuilt and stored rows (one
+# run's, when a run alone is longer), whatever the size of the log. Batches of a fixed number
+# of runs held 150,000 events at a time where runs were long.
+EVENTS_PER_BATCH = 20_000
 
 
 def verify() -> list[str]:
-    """Replay the log a batch of runs at a time and compare what each batch rebuilds with
-    the stored rows of those runs. Every row and event belongs to a run (foreign keys), so
-    the batches together cover the whole log and every table."""
+    return verify_log()[0]
+
+
+def verify_log() -> tuple[list[str], int]:
+    """(one line per difference, how many events were replayed).
+
+    The log streams once in (run, seq) order; a run's rows are complete when its last event
+    has passed, so each batch of whole runs is compared with the stored rows of those runs.
+    Every row belongs to a run (foreign keys): the batches, then the runs that have no event
+    at all, cover every table. Everything is read in one snapshot (`_snapshot`), so a run
+    that moves on while the check runs is not a difference."""
     problems: list[str] = []
-    with transaction.atomic(), _event_cursor() as cursor:
-        for run_ids in run_batches():
-            rebuilt = rebuild(_events_of(cursor, run_ids))
-            for name, projection in PROJECTIONS.items():
-                rows = projection.finish(rebuilt[name]) if projection.finish else rebuilt[name]
-                problems += diff(name, rows, projection.load_stored(run_ids))
-    for check in LOG_CHECKS.values():
-        problems += check()
+    rebuilt: dict[str, Rows] = {name: {} for name in PROJECTIONS}
+    dispatch = _dispatch(rebuilt)
+    count, in_batch, run_ids, run = 0, 0, [], None
+    with _snapshot(), _log() as events:
+        for event in events:
+            if event.run_id != run:
+                if in_batch >= EVENTS_PER_BATCH:
+                    problems += _compare(rebuilt, run_ids)
+                    count, in_batch, run_ids = count + in_batch, 0, []
+                run = event.run_id
+                run_ids.append(run)
+            in_batch += 1
+            _version, payload = upcast(event.event_type, event.schema_version, event.payload)
+            for rows, reducer in dispatch.get(event.event_type, ()):
+                reducer(rows, event, payload)
+        if run_ids:
+            problems += _compare(rebuilt, run_ids)
+        count += in_batch
+        for unlogged in _runs_without_events():
+            problems += _compare(rebuilt, unlogged)
+        for check in LOG_CHECKS.values():
+            problems += check()
+    return problems, count
+
+
+def _compare(rebuilt: dict[str, Rows], run_ids: list[str]) -> list[str]:
+    """The differences between the rows rebuilt for these runs and their stored rows; the
+    rebuilt rows are emptied for the next batch (in place: the replay's dispatch holds them)."""
+    problems: list[str] = []
+    for name, projection in PROJECTIONS.items():
+        rows = projection.finish(rebuilt[name]) if projection.finish else rebuilt[name]
+        problems += diff(name, rows, projection.load_stored(run_ids))
+        rebuilt[name].clear()
     return problems
 
 
+def _runs_without_events() -> Iterator[list[str]]:
+    """Runs stored with no event (a bug the batches of the log would never meet)."""
+    runs = Run.objects.filter(archived_at__isnull=True).exclude(
+        Exists(Event.objects.filter(run_id=OuterRef("pk")))
+    )
+    batch: list[str] = []
+    for run_id in runs.order_by("id").values_list("id", flat=True).iterator(chunk_size=500):
+        batch.append(run_id)
+        if len(batch) == 500:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+@contextmanager
+def _snapshot() -> Iterator[None]:
+    """One transaction for the whole check; when the check opens it (not inside a test's or a
+    caller's), REPEATABLE READ makes every query see the same snapshot: the stream of events
+    is the log as of its first row, and the rows of a run compared a minute later must be
+    those of that moment, not of a run that moved on since. READ ONLY: the check never
+    writes, whichever database it is pointed at."""
+    outermost = not connection.in_atomic_block
+    with transaction.atomic():
+        if outermost and connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        yield
+
+
+# The runs' events, archived runs left out: an archived run's rows are in the *_archive
+# tables, not the hot ones it would be compared with (verify_event_chain still checks its
+# events). In (run, seq) order this is one walk of the index (run_id, seq), without a sort.
 _EVENTS_SQL = (
-    f"SELECT {', '.join(EVENT_COLUMNS)} FROM runs_event WHERE run_id = ANY(%s) ORDER BY run_id, seq"
+    f"SELECT {', '.join(f'e.{column}' for column in EVENT_COLUMNS)} FROM runs_event e"
+    " WHERE NOT EXISTS (SELECT 1 FROM runs_run r WHERE r.id = e.run_id"
+    " AND r.archived_at IS NOT NULL) ORDER BY e.run_id, e.seq"
 )
+FETCH = 5000
 
 
 # 19 digits or more: a number orjson may read otherwise than json.loads (it holds integers
@@ -134,47 +230,35 @@ class _PayloadLoader(Loader):
 
 
 @contextmanager
-def _event_cursor() -> Iterator[Any]:
-    """A cursor of the connection's own (in its transaction) that reads events as the ORM
-    would give them, at a fraction of the cost: Django's timestamptz loader is psycopg's
+def _log() -> Iterator[Iterator[EventRow]]:
+    """The events as the ORM would give them, at a fraction of the cost, through a cursor of
+    the connection's own (in its transaction): Django's timestamptz loader is psycopg's
     pure-Python one (most of the replay's CPU, with the ORM's per-row converters), so this
     cursor takes psycopg's stock loaders (C, in psycopg_binary) for times and JSON. The
     session's time zone is UTC, as Django sets it; the payload is parsed by json.loads, as
     JSONField does."""
-    if connection.vendor != "postgresql":
-        yield None  # SQLite (the demo): the ORM's rows
+    if connection.vendor != "postgresql":  # SQLite (the demo): the ORM's rows
+        events = Event.objects.filter(run__archived_at__isnull=True).order_by("run_id", "seq")
+        yield map(EventRow._make, events.values_list(*EVENT_FIELDS).iterator(2000))
         return
     connection.ensure_connection()
-    # Server-side: a batch's events stream in chunks, never all at once.
+    # Server-side: the log streams FETCH rows at a time, never all at once.
     with connection.connection.cursor(name="replay_events") as cursor:
         cursor.adapters.register_loader("timestamptz", TimestamptzLoader)
         cursor.adapters.register_loader("jsonb", _PayloadLoader)
-        yield cursor
+        cursor.execute(_EVENTS_SQL)
+        rows = _rows(cursor)
+        try:
+            yield rows
+        finally:
+            rows.close()  # its fetching thread ends before the cursor closes
 
 
-def _events_of(cursor: Any, run_ids: list[str]) -> Iterator[EventRow]:
-    if cursor is None:
-        events = Event.objects.filter(run_id__in=run_ids).order_by("run_id", "seq")
-        yield from map(EventRow._make, events.values_list(*EVENT_FIELDS).iterator(2000))
-        return
-    cursor.execute(_EVENTS_SQL, [run_ids])
-    while rows := cursor.fetchmany(2000):
-        yield from map(EventRow._make, rows)
-
-
-def run_batches() -> Iterator[list[str]]:
-    size = RUNS_PER_BATCH
-    # An archived run's rows are in the *_archive tables, not the hot ones it would be
-    # compared with: it is left out (verify_event_chain still checks its events).
-    ids = Run.objects.filter(archived_at__isnull=True).order_by("id").values_list("id", flat=True)
-    batch: list[str] = []
-    for run_id in ids.iterator(chunk_size=size):
-        batch.append(run_id)
-        if len(batch) == size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
+def _rows(cursor: Any) -> Iterator[EventRow]:
+    # The next FETCH rows are fetched while these are replayed (runs/prefetch.py).
+    with closing(prefetched(cursor.fetchmany, FETCH)) as chunks:
+        for rows in chunks:
+            yield from map(EventRow._make, rows)
 
 
 # --- runs -----------------------------------------------------------------------------------

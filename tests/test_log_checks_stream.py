@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import json
 
+import psycopg
 import pytest
 from django.core.management import CommandError, call_command
-from django.db import connection, transaction
+from django.db import InternalError, connection, transaction
 
 from runs import chain_check, projections, services
 from runs.events import verify_chain
@@ -74,20 +75,86 @@ def test_a_tampered_event_is_found_with_the_same_words_as_before(tenant: Tenant)
         call_command("verify_event_chain")
 
 
+def long_run(tenant: Tenant, title: str, decisions: int) -> Run:
+    run, _ = services.run_start(tenant=tenant, title=title, actor="test")
+    for i in range(decisions):
+        services.decision_record(
+            tenant=tenant, run_id=run.pk, kind="judgment", content={"i": i}, actor="test"
+        )
+    run_finish(tenant=tenant, run_id=run.pk, actor="test")
+    return run
+
+
+def _batches_seen(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    seen: list[list[str]] = []
+    compare = projections._compare
+
+    def spy(rebuilt: dict, run_ids: list[str]) -> list[str]:
+        seen.append(list(run_ids))
+        return compare(rebuilt, run_ids)
+
+    monkeypatch.setattr(projections, "_compare", spy)
+    return seen
+
+
 def test_rebuild_projections_compares_batch_by_batch(
     tenant: Tenant, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
-    monkeypatch.setattr(projections, "RUNS_PER_BATCH", 2)
-    runs = [finished_run(tenant, f"run {i}", {"i": i}) for i in range(5)]
-    assert [len(batch) for batch in projections.run_batches()] == [2, 2, 1]
+    monkeypatch.setattr(projections, "EVENTS_PER_BATCH", 6)
+    runs = sorted((finished_run(tenant, f"run {i}", {"i": i}) for i in range(5)), key=_pk)
+    seen = _batches_seen(monkeypatch)
     call_command("rebuild_projections", "--verify")
+    # 3 events a run: a batch closes at the first run boundary past 6 events.
+    assert seen == [[runs[0].pk, runs[1].pk], [runs[2].pk, runs[3].pk], [runs[4].pk]]
     Decision.objects.filter(run=runs[2]).update(content={"i": 99})
     Decision.objects.filter(run=runs[4]).update(kind="changed")
-    with pytest.raises(CommandError, match="2 differences"):
+    with pytest.raises(CommandError, match="2 differences after replaying 15 events"):
         call_command("rebuild_projections", "--verify")
     out = capsys.readouterr().out
     assert "content stored={'i': 99} rebuilt={'i': 2}" in out
     assert "kind stored='changed' rebuilt='judgment'" in out
+    assert "events/s" in out  # the pace is printed with the differences too
+
+
+def test_a_run_longer_than_a_batch_is_compared_whole(
+    tenant: Tenant, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Batches are counted in events but close between runs: a run straddling the count is
+    replayed to its end before its rows are compared, so a difference in its later events
+    (and in its state, set by its last one) is found, and nothing in it is reported twice."""
+    monkeypatch.setattr(projections, "EVENTS_PER_BATCH", 4)
+    runs = sorted(
+        [finished_run(tenant, "short", {"i": 0}), long_run(tenant, "long", decisions=9)],
+        key=_pk,
+    )
+    runs.append(finished_run(tenant, "after", {"i": 1}))  # ids grow: it sorts last
+    long = next(run for run in runs if run.title == "long")
+    seen = _batches_seen(monkeypatch)
+    assert projections.verify_log() == ([], 3 + 11 + 3)
+    # 3 events, then 11: the batch passes 4 events inside the long run and closes after it.
+    assert seen == [[runs[0].pk, runs[1].pk], [runs[2].pk]]
+    last = Event.objects.filter(run=long, event_type="decision.recorded").order_by("-seq")[0]
+    Decision.objects.filter(pk=last.decision_id).update(content={"i": -1})
+    Run.objects.filter(pk=long.pk).update(state="needs_human")
+    problems = projections.verify()
+    assert sorted(problems) == sorted(
+        [
+            f"decision {last.decision_id}: content stored={{'i': -1}} rebuilt={{'i': 8}}",
+            f"run {long.pk}: state stored='needs_human' rebuilt='completed'",
+            f"eval_trace {long.pk}: exit stored='needs_human' rebuilt='completed'",
+        ]
+    ), problems
+
+
+def test_a_run_with_no_event_is_found(tenant: Tenant) -> None:
+    run = finished_run(tenant, "logged", {"i": 0})
+    Run.objects.create(id=f"{run.pk}X", tenant=tenant, title="never logged")
+    problems = projections.verify()
+    assert f"run {run.pk}X: in the table but never logged" in problems, problems
+
+
+def _pk(run: Run) -> str:
+    return run.pk
 
 
 # Integers orjson holds in 64 bits and those it would read as floats, beside AWKWARD's floats.
@@ -128,3 +195,35 @@ def test_a_decision_changed_behind_its_event_is_found_by_the_fast_replay(tenant:
     Decision.objects.filter(run=run).update(content={"n": 2**53 - 2, "when": "2026-12-01"})
     problems = projections.verify()
     assert len(problems) == 1 and "content" in problems[0], problems
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_run_changed_while_the_check_runs_is_not_a_difference(
+    tenant: Tenant, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The check reads the log and the rows in one snapshot: a run renamed (committed by
+    another connection) after the replay began is compared as it was when it began, and the
+    check's own transaction refuses writes."""
+    run = finished_run(tenant, "as logged", {"i": 0})
+    db = connection.settings_dict
+    compare = projections._compare
+
+    def rename_then_compare(rebuilt: dict, run_ids: list[str]) -> list[str]:
+        with psycopg.connect(
+            host=db["HOST"], port=db["PORT"], user=db["USER"], dbname=db["NAME"], autocommit=True
+        ) as other:
+            other.execute("UPDATE runs_run SET title = 'moved on' WHERE id = %s", [run.pk])
+        return compare(rebuilt, run_ids)
+
+    monkeypatch.setattr(projections, "_compare", rename_then_compare)
+    assert projections.verify() == []
+    monkeypatch.setattr(projections, "_compare", compare)
+    assert projections.verify() == [f"run {run.pk}: title stored='moved on' rebuilt='as logged'"]
+
+    def write(rebuilt: dict, run_ids: list[str]) -> list[str]:
+        Run.objects.filter(pk=run.pk).update(title="written by the check")
+        return []
+
+    monkeypatch.setattr(projections, "_compare", write)
+    with pytest.raises(InternalError, match="read-only transaction"):
+        projections.verify()
