@@ -132,3 +132,30 @@ def api_key_read(key_id: str) -> ApiKey | None:
     ApiKey.tenant.field.set_cached_value(key, tenant)
     ApiKey.principal.field.set_cached_value(key, principal)
     return key
+
+
+# --- rows of other models written in one statement ------------------------------------------
+
+
+def insert_rows(objs: list[Any]) -> None:
+    """INSERT new rows of one model in one statement, as `obj.save(force_insert=True)` writes
+    each (auto_now dates set, values prepared by their fields), without compiling it. For
+    models without save signals or overridden `save()` (outbox messages, receipts)."""
+    if not objs:
+        return
+    fields = type(objs[0])._meta.concrete_fields
+    values: list[Any] = []
+    for obj in objs:
+        values.extend(
+            field.get_db_prep_save(field.pre_save(obj, True), connection) for field in fields
+        )
+    table = connection.ops.quote_name(type(objs[0])._meta.db_table)
+    row = f"({', '.join(['%s'] * len(fields))})"
+    statement = (
+        f"INSERT INTO {table} ({', '.join(connection.ops.quote_name(f.column) for f in fields)})"
+        f" VALUES {', '.join([row] * len(objs))}"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(statement, values)
+    for obj in objs:
+        obj._state.adding, obj._state.db = False, connection.alias

@@ -40,6 +40,7 @@ from toolcalls.dispatch import (
     tool_call_dispatch,
 )
 from toolcalls.models import Attempt, ToolCall
+from toolcalls.record import RecordWrites
 from toolcalls.send import Outcome, send
 from toolcalls.verify import judge, observe
 from toolcalls.writes import bind_log_ids
@@ -217,13 +218,17 @@ def record_batch(sent: list[tuple[Claim, Outcome]]) -> list[tuple[ToolCall, str]
     accepted = []
     calls = sql.lock_calls(list(by_id))
     now = timezone.now()
+    writes = RecordWrites()
     with events.batch(_runs_of(calls)):
         for call in calls:
             bind_log_ids(call)
             claim, outcome = by_id[call.pk]
-            verify_now = record_locked(call, claim, outcome, now)
+            verify_now = record_locked(call, claim, outcome, now, writes=writes)
             if verify_now:
                 accepted.append(verify_now)
+        # The attempts' ends, receipts, revisions and verification messages of every call:
+        # one statement of each kind.
+        writes.flush()
     return accepted
 
 
