@@ -19,7 +19,7 @@ from typing import Any
 from django.db import connection, models
 from django_fsm import can_proceed
 
-from runs import events
+from runs import events, sql
 from runs.changes import SavesChangedFields
 from runs.errors import DomainError
 from runs.models import Event, Run
@@ -72,8 +72,8 @@ def save_changed(obj: models.Model) -> None:
     changed = obj.changed_fields() if isinstance(obj, SavesChangedFields) else None
     if changed is None:
         obj.save()
-    else:
-        obj.save(update_fields=changed)
+    elif changed:
+        sql.update_fields(obj, changed)
 
 
 _local = threading.local()
