@@ -42,7 +42,7 @@ from toolcalls.dispatch import (
 from toolcalls.models import Attempt, ToolCall
 from toolcalls.record import RecordWrites
 from toolcalls.send import Outcome, send
-from toolcalls.verify import judge, observe
+from toolcalls.verify import judge, observe, wake_dependents
 from toolcalls.writes import bind_log_ids
 
 log = logging.getLogger(__name__)
@@ -246,11 +246,15 @@ def verify_batch(accepted: list[tuple[ToolCall, str]]) -> None:
     try:
         with transaction.atomic():
             calls = sql.lock_calls(list(observed))
+            _mark_done([outbox_id for outbox_id, _ in observed.values()])
+            confirmed: list[str] = []
             with events.batch(_runs_of(calls)):
                 for call in calls:
                     bind_log_ids(call)
-                    outbox_id, judgment = observed[call.pk]
-                    judge(call.pk, outbox_id, judgment, locked=call)
+                    _, judgment = observed[call.pk]
+                    judge(call.pk, None, judgment, locked=call, confirmed=confirmed)
+            # Read when the judgments are written, just before commit, as each judge would.
+            wake_dependents(confirmed)
     except Exception:
         log.exception("verifying a batch failed; its verification messages will run")
 
