@@ -83,18 +83,24 @@ def insert_events(events: list[Event]) -> None:
         event._state.adding, event._state.db = False, connection.alias
 
 
+# psycopg keeps the parsed form of a statement of at most this many parameters (psycopg's
+# _queries.MAX_CACHED_STATEMENT_PARAMS); it parses a longer one again each time.
+_CACHED_PARAMS = 50
+
+
 def _insert(model: Any, rows: list[list[Any]]) -> None:
     """INSERT the rows (values prepared for the database, in the order of the model's concrete
-    fields) in one statement. On PostgreSQL one array per column, unnested: the statement's
-    text is the same for any number of rows, where a VALUES list of rows times columns
-    placeholders was parsed again by psycopg for each batch (its query cache keeps short
-    statements only: 8 % of a batch's CPU in profile_dispatch --profile)."""
-    if connection.vendor == "postgresql":
+    fields) in one statement. Many rows on PostgreSQL: one array per column, unnested, so the
+    statement's text is the same for any number of rows — a VALUES list of rows times
+    columns placeholders is past psycopg's cache and was parsed again for each batch (8 % of
+    a batch's CPU in profile_dispatch --profile). A few rows (a proposal's two events, a
+    single call's record): VALUES, cached, which costs less than dumping arrays."""
+    fields = model._meta.concrete_fields
+    if connection.vendor == "postgresql" and len(rows) * len(fields) > _CACHED_PARAMS:
         columns = [list(column) for column in zip(*rows, strict=True)]
         statement = _unnest_insert(model)
     else:
         columns = [value for row in rows for value in row]
-        fields = model._meta.concrete_fields
         row = f"({', '.join(['%s'] * len(fields))})"
         statement = f"{_insert_into(model)} VALUES {', '.join([row] * len(rows))}"
     with connection.cursor() as cursor:

@@ -104,7 +104,11 @@ def test_the_revisions_move_as_the_orms_updates_move_them(run: Run) -> None:
     assert not ObjectRevision.objects.filter(ref="order:no-revision-row").exists()
 
 
-def test_receipts_are_inserted_as_the_orm_creates_them(run: Run, sandbox: Sandbox) -> None:
+# A few rows go in a VALUES list, many (past psycopg's 50 cached parameters) as arrays.
+@pytest.mark.parametrize("count", [2, 9])
+def test_receipts_are_inserted_as_the_orm_creates_them(
+    run: Run, sandbox: Sandbox, count: int
+) -> None:
     first, second = _attempts(run, 2)
     body = {"id": "re_1", "amount": 2500, "nested": {"é": [1, 2.5, None]}}
     fields = {"external_id": "re_1", "status": "created", "source": "dispatch"}
@@ -114,7 +118,10 @@ def test_receipts_are_inserted_as_the_orm_creates_them(run: Run, sandbox: Sandbo
         )
         written = [
             Receipt(tool_call_id=second.tool_call_id, attempt=second, raw_response=body, **fields),
-            Receipt(tool_call_id=second.tool_call_id, attempt=None, raw_response={}, **fields),
+            *[
+                Receipt(tool_call_id=second.tool_call_id, attempt=None, raw_response={}, **fields)
+                for _ in range(count - 1)
+            ],
         ]
         with CaptureQueriesContext(connection) as queries:
             runs_sql.insert_rows(written)
@@ -127,10 +134,11 @@ def test_receipts_are_inserted_as_the_orm_creates_them(run: Run, sandbox: Sandbo
     assert Receipt.objects.get(pk=written[1].pk).attempt_id is None
 
 
-def test_verification_messages_are_written_as_enqueue_writes_them(run: Run) -> None:
+@pytest.mark.parametrize("count", [2, 9])
+def test_verification_messages_are_written_as_enqueue_writes_them(run: Run, count: int) -> None:
     with transaction.atomic():
         orm = outbox.enqueue(VERIFY_TASK, "tc_one", publish_now=False)
-        messages = [outbox.build(VERIFY_TASK, "tc_two"), outbox.build(VERIFY_TASK, "tc_three")]
+        messages = [outbox.build(VERIFY_TASK, f"tc_{n}") for n in range(count)]
         with CaptureQueriesContext(connection) as queries:
             outbox.enqueue_many(messages, publish_now=False)
     assert len(queries) == 1
@@ -141,4 +149,5 @@ def test_verification_messages_are_written_as_enqueue_writes_them(run: Run) -> N
             OutboxMessage.objects.get(pk=orm.pk), *leave_out
         )
         assert stored.available_at == message.available_at <= stored.created_at
-    assert [OutboxMessage.objects.get(pk=m.pk).args for m in messages] == [["tc_two"], ["tc_three"]]
+    stored = [OutboxMessage.objects.get(pk=m.pk).args for m in messages]
+    assert stored == [[f"tc_{n}"] for n in range(count)]

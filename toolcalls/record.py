@@ -112,7 +112,20 @@ def tool_call_accept(
         tool_call_transition(call, "complete", actor=actor, producer=producer)
         if capability.kind == "write":
             writes.writes.append((call, actor))
-    message_id = None
+    message_id = _start_verification(call, capability, writes, actor, producer, verify_here)
+    if own:
+        writes.flush()
+    return message_id
+
+
+def _start_verification(
+    call: ToolCall,
+    capability: Capability,
+    writes: RecordWrites,
+    actor: str,
+    producer: str,
+    verify_here: bool,
+) -> str | None:
     if capability.verify is None:
         tool_call_transition(
             call,
@@ -121,11 +134,8 @@ def tool_call_accept(
             producer=producer,
             reason="a read observes the system itself",
         )
-    else:
-        tool_call_transition(call, "await_verification", actor=actor, producer=producer)
-        message = outbox.build(VERIFY_TASK, call.pk)
-        writes.messages[not verify_here].append(message)
-        message_id = message.pk if verify_here else None
-    if own:
-        writes.flush()
-    return message_id
+        return None
+    tool_call_transition(call, "await_verification", actor=actor, producer=producer)
+    message = outbox.build(VERIFY_TASK, call.pk)
+    writes.messages[not verify_here].append(message)
+    return message.pk if verify_here else None
