@@ -171,6 +171,7 @@ def outbox_drain(limit: int | None = None) -> int:
     deadline = time.monotonic() + settings.OUTBOX_DRAIN_MAX_SECONDS
     handled = 0
     while rows := lease(limit):
+        rows = _fill(rows, limit)
         full = len(rows) == limit
         if full:
             # More is likely waiting. Wake a peer to drain beside this one (another worker
@@ -186,6 +187,35 @@ def outbox_drain(limit: int | None = None) -> int:
             wake()
             break
     return handled
+
+
+def _fill(rows: list[Leased], limit: int) -> list[Leased]:
+    """A short lease of more than one row is a burst arriving: wait up to
+    OUTBOX_DRAIN_FILL_MS and lease what came meanwhile into the same batch (at 0.29 wake-ups
+    per call a drained batch held 3.4 calls: bench_dispatch), where each row would otherwise
+    have woken a drainer of its own. A lone row is handed over at once: its latency is not
+    spent waiting for company.
+
+    The wait holds the wake-up flag (SET NX, as a producer would), so the rows committed
+    during it wake nobody: their producers find the flag set, and this drainer clears it
+    before its next lease, which therefore sees them (the argument of `wake`). When the flag
+    is already set, a wake-up is on its way and its drainer takes what arrives: no wait."""
+    wait = settings.OUTBOX_DRAIN_FILL_MS / 1000
+    if wait <= 0 or not 1 < len(rows) < limit or settings.EMBEDDED:
+        return rows
+    try:
+        held = _flag_client().set(WAKE_FLAG, "1", nx=True, ex=settings.OUTBOX_WAKE_TTL_SECONDS)
+    except Exception:
+        return rows  # Redis is down: hand these over now
+    if not held:
+        return rows
+    _wait(wait)
+    _clear_flag()
+    return rows + lease(limit - len(rows))
+
+
+def _wait(seconds: float) -> None:
+    time.sleep(seconds)
 
 
 def _clear_flag() -> None:

@@ -7,15 +7,14 @@ write exactly what the ORM writes (same rows, same hashes).
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-from django.db import connection
+from django.db import DatabaseError, connection
 
 from runs.models import ApiKey, Event, Run, Tenant, User
 
 EVENT_FIELDS = Event._meta.concrete_fields
-_COLUMNS = ", ".join(field.column for field in EVENT_FIELDS)
-_ROW = f"({', '.join(['%s'] * len(EVENT_FIELDS))})"
 # The run's last event, and the id of the tool call's last event, in one statement (none
 # when the run has no event yet).
 _READ = (
@@ -72,17 +71,58 @@ def insert_events(events: list[Event]) -> None:
     """All of them in one INSERT."""
     if not events:
         return
-    values: list[Any] = []
-    for event in events:
-        values.extend(
+    rows = [
+        [
             field.get_db_prep_save(getattr(event, field.attname), connection)
             for field in EVENT_FIELDS
-        )
-    statement = f"INSERT INTO runs_event ({_COLUMNS}) VALUES {', '.join([_ROW] * len(events))}"
-    with connection.cursor() as cursor:
-        cursor.execute(statement, values)
+        ]
+        for event in events
+    ]
+    _insert(Event, rows)
     for event in events:
         event._state.adding, event._state.db = False, connection.alias
+
+
+# psycopg keeps the parsed form of a statement of at most this many parameters (psycopg's
+# _queries.MAX_CACHED_STATEMENT_PARAMS); it parses a longer one again each time.
+_CACHED_PARAMS = 50
+
+
+def _insert(model: Any, rows: list[list[Any]]) -> None:
+    """INSERT the rows (values prepared for the database, in the order of the model's concrete
+    fields) in one statement. Many rows on PostgreSQL: one array per column, unnested, so the
+    statement's text is the same for any number of rows — a VALUES list of rows times
+    columns placeholders is past psycopg's cache and was parsed again for each batch (8 % of
+    a batch's CPU in profile_dispatch --profile). A few rows (a proposal's two events, a
+    single call's record): VALUES, cached, which costs less than dumping arrays."""
+    fields = model._meta.concrete_fields
+    if connection.vendor == "postgresql" and len(rows) * len(fields) > _CACHED_PARAMS:
+        columns = [list(column) for column in zip(*rows, strict=True)]
+        statement = _unnest_insert(model)
+    else:
+        columns = [value for row in rows for value in row]
+        row = f"({', '.join(['%s'] * len(fields))})"
+        statement = f"{_insert_into(model)} VALUES {', '.join([row] * len(rows))}"
+    with connection.cursor() as cursor:
+        cursor.execute(statement, columns)
+
+
+def _insert_into(model: Any) -> str:
+    names = ", ".join(connection.ops.quote_name(f.column) for f in model._meta.concrete_fields)
+    return f"INSERT INTO {connection.ops.quote_name(model._meta.db_table)} ({names})"
+
+
+_UNNEST: dict[Any, str] = {}
+
+
+def _unnest_insert(model: Any) -> str:
+    statement = _UNNEST.get(model)
+    if statement is None:
+        # varchar(40)[] is varchar[]: the column's own type checks the length on insert.
+        types = [re.sub(r"\(.*\)", "", f.db_type(connection)) for f in model._meta.concrete_fields]
+        arrays = ", ".join(f"%s::{kind}[]" for kind in types)
+        statement = _UNNEST[model] = f"{_insert_into(model)} SELECT * FROM unnest({arrays})"
+    return statement
 
 
 # --- the agent API's key --------------------------------------------------------------------
@@ -159,3 +199,49 @@ def timeline_window(run_id: str, size: int, before: int | None) -> list[tuple]:
         rows = cursor.fetchall()
     payload = Event._meta.get_field("payload")
     return [(*row[:-1], payload.from_db_value(row[-1], None, connection)) for row in rows]
+
+# --- rows of other models written in one statement ------------------------------------------
+
+
+def insert_rows(objs: list[Any]) -> None:
+    """INSERT new rows of one model in one statement, as `obj.save(force_insert=True)` writes
+    each (auto_now dates set, values prepared by their fields), without compiling it. For
+    models without save signals or overridden `save()` (outbox messages, receipts)."""
+    if not objs:
+        return
+    model = type(objs[0])
+    fields = model._meta.concrete_fields
+    rows = [
+        [field.get_db_prep_save(field.pre_save(obj, True), connection) for field in fields]
+        for obj in objs
+    ]
+    _insert(model, rows)
+    for obj in objs:
+        obj._state.adding, obj._state.db = False, connection.alias
+
+
+# --- a transition's save --------------------------------------------------------------------
+# Every transition saves its row's changed columns (runs/transitions.py): compiled by the ORM,
+# that UPDATE was the largest cost of a dispatch batch after the events (profile_dispatch
+# --profile: 300 saves per 100 calls, ~4 ms each under the profiler). Written out here;
+# tests/test_runs_sql.py proves the row is the one `save(update_fields=…)` leaves.
+
+
+def update_fields(obj: Any, names: list[str]) -> None:
+    """What `obj.save(update_fields=names)` writes (auto_now columns among them set now), in a
+    statement made without the ORM's compiler. For models without save signals or an
+    overridden `save()` beyond runs.changes (tool calls, approvals)."""
+    meta = obj._meta
+    fields = [meta.get_field(name) for name in names]
+    assignments = ", ".join(f"{connection.ops.quote_name(f.column)} = %s" for f in fields)
+    values = [f.get_db_prep_save(f.pre_save(obj, False), connection) for f in fields]
+    statement = (
+        f"UPDATE {connection.ops.quote_name(meta.db_table)} SET {assignments}"
+        f" WHERE {connection.ops.quote_name(meta.pk.column)} = %s"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(statement, [*values, meta.pk.get_db_prep_value(obj.pk, connection)])
+        if cursor.rowcount != 1:
+            # As Model.save(update_fields=…) says it: the row is gone (never for a locked one).
+            raise DatabaseError("Save with update_fields did not affect any rows.")
+    obj._remember(fields)

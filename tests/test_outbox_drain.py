@@ -168,6 +168,45 @@ def test_a_message_committed_during_a_drain_wakes_another_drainer(handled) -> No
     assert drain.outbox_drain() == 1
 
 
+def test_a_burst_arriving_during_a_short_lease_fills_the_batch_without_waking_another(
+    handled, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    enqueue("m0")
+    enqueue("m1")  # found the flag set: no wake-up of its own
+    waited: list[float] = []
+
+    def arriving(seconds: float) -> None:
+        """Three more commits while the drainer waits."""
+        waited.append(seconds)
+        for n in range(2, 5):
+            enqueue(f"m{n}")
+
+    monkeypatch.setattr(drain, "_wait", arriving)
+
+    assert drain.outbox_drain(limit=8) == 5
+
+    assert waited == [settings.OUTBOX_DRAIN_FILL_MS / 1000]
+    assert [sorted(args[0] for args, _ in batch) for batch in handled.batches] == [
+        ["m0", "m1", "m2", "m3", "m4"]
+    ]
+    # The drainer held the flag while it waited: the three commits woke no other drainer.
+    assert queued_tasks() == [drain.WAKE_TASK]
+    assert not OutboxMessage.objects.filter(task=TASK, done_at=None).exists()
+    # And a row committed after the drain wakes one, as ever: the flag was cleared.
+    enqueue("after")
+    assert queued_tasks() == [drain.WAKE_TASK, drain.WAKE_TASK]
+
+
+def test_a_lone_row_is_handed_over_without_waiting(
+    handled, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    enqueue("alone")
+    monkeypatch.setattr(drain, "_wait", lambda seconds: pytest.fail("a lone row waited"))
+
+    assert drain.outbox_drain(limit=8) == 1
+    assert handled.args == ["alone"]
+
+
 @pytest.mark.slow
 def test_a_lone_call_is_dispatched_end_to_end_by_a_worker_through_the_drainer(
     agent, sandbox, start_celery

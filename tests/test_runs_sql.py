@@ -110,7 +110,7 @@ def test_a_batch_reads_the_head_once_and_inserts_once(run: Run) -> None:
         _scenario(run)
 
     def inserts(queries: CaptureQueriesContext) -> int:
-        return sum(q["sql"].startswith("INSERT INTO runs_event") for q in queries)
+        return sum(q["sql"].startswith('INSERT INTO "runs_event"') for q in queries)
 
     assert (len(single), inserts(single)) == (15, 5)  # lock, read, insert per event
     # Lock and read once; the second call's last event; one INSERT.

@@ -19,10 +19,10 @@ from runs.services import actor_for_user
 from toolcalls import capabilities, errors, gate, lifecycle
 from toolcalls.capabilities import Capability
 from toolcalls.checks import business_check, invalid
-from toolcalls.dispatch import tool_call_accept
 from toolcalls.models import E, Receipt, ToolCall, V
 from toolcalls.propose import check_scope, idempotency_key, tool_call_create
 from toolcalls.reconcile import look_up
+from toolcalls.record import tool_call_accept
 from toolcalls.sweeps import leases_sweep_expired
 from toolcalls.writes import (
     RECONCILE_TASK,

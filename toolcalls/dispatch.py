@@ -17,21 +17,20 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F
 from django.utils import timezone
 
-from runs import events, outbox
+from runs import events, outbox, transitions
 from runs.faults import crashpoint
 from runs.models import Run
 from toolcalls import breaker, capabilities, errors, gate, sql
 from toolcalls.capabilities import Capability
 from toolcalls.models import Attempt, CircuitBreaker, E, ObjectRevision, Receipt, ToolCall
+from toolcalls.record import RecordWrites, tool_call_accept
 from toolcalls.send import Outcome, backoff, send
 from toolcalls.verify import tool_call_verify
 from toolcalls.writes import (
     DISPATCH_TASK,
     RECONCILE_TASK,
-    VERIFY_TASK,
     timeout_of,
     tool_call_event,
     tool_call_lock,
@@ -308,20 +307,32 @@ def record_outcome(claim: Claim, outcome: Outcome) -> tuple[ToolCall, str] | Non
 
 
 def _record(claim: Claim, outcome: Outcome) -> tuple[ToolCall, str] | None:
-    return record_locked(tool_call_lock(claim.tool_call_id), claim, outcome, timezone.now())
+    writes = RecordWrites()
+    call = tool_call_lock(claim.tool_call_id)
+    verify_now = record_locked(call, claim, outcome, timezone.now(), writes=writes)
+    writes.flush()
+    return verify_now
 
 
 def record_locked(
-    call: ToolCall, claim: Claim, outcome: Outcome, now: datetime
+    call: ToolCall, claim: Claim, outcome: Outcome, now: datetime, *, writes: RecordWrites
 ) -> tuple[ToolCall, str] | None:
-    """`_record` for a call whose row the caller has locked."""
-    attempt = Attempt.objects.filter(pk=claim.attempt_id)
-    ended = {"ended_at": now, "error_name": outcome.error_name, "http_status": outcome.http_status}
+    """`_record` for a call whose row the caller has locked. The call is saved once, at the
+    end, whatever transitions it took; the attempt's end, the receipt, the revision and the
+    verification's message go to `writes`, which the caller flushes (a batch, once for all
+    its calls)."""
+    with transitions.saved_once(call):
+        return _record_locked(call, claim, outcome, now, writes)
+
+
+def _record_locked(
+    call: ToolCall, claim: Claim, outcome: Outcome, now: datetime, writes: RecordWrites
+) -> tuple[ToolCall, str] | None:
     if call.fencing_token != claim.fencing_token or call.execution_status != E.DISPATCHING:
-        attempt.update(classification=Attempt.Classification.STALE, **ended)
+        writes.end_attempt(claim.attempt_id, Attempt.Classification.STALE, now, outcome)
         _refuse_stale(call, claim, outcome)
         return None
-    attempt.update(classification=CLASSIFICATION[outcome.kind], **ended)
+    writes.end_attempt(claim.attempt_id, CLASSIFICATION[outcome.kind], now, outcome)
     call.lease_expires_at = None
     if outcome.kind == "confirmed":
         status = Receipt.Status.ALREADY_EXISTS if outcome.replayed else Receipt.Status.CREATED
@@ -334,11 +345,14 @@ def record_locked(
             attempt_id=claim.attempt_id,
             actor=SYSTEM,
             verify_here=True,
+            writes=writes,
         )
         if not claim.breaker_closed:
             breaker.record_success(call)
         return (call, verify_outbox_id) if verify_outbox_id else None
     call.last_error_name, call.last_error_message = outcome.error_name, outcome.message
+    # The breaker and the retry policy count attempts by how they ended, this one included.
+    writes.flush_attempt_ends()
     breaker.record_failure(call, outcome.error_name, now)
     _record_failure(call, claim, outcome, now)
     return None
@@ -402,69 +416,3 @@ def _record_failure(call: ToolCall, claim: Claim, outcome: Outcome, now: datetim
         next_attempt_at=call.next_attempt_at.isoformat(),
         **details,
     )
-
-
-def tool_call_accept(
-    *,
-    call: ToolCall,
-    capability: Capability,
-    body: dict[str, Any],
-    source: str,
-    status: str,
-    actor: str,
-    attempt_id: str | None = None,
-    evidence: str = "",
-    verify_here: bool = False,
-) -> str | None:
-    """The system did this operation (by our dispatch, a look-up or a person's word): keep
-    its receipt, complete, and start verification. With `verify_here` the caller verifies
-    right after commit (the returned outbox message id is the safety net); otherwise a
-    verification task is queued. The call is locked."""
-    producer = "dispatcher" if source == Receipt.Source.DISPATCH else "reconciler"
-    external_id = str(body.get(capability.external_id_field, ""))
-    receipt = Receipt.objects.create(
-        tool_call=call,
-        attempt_id=attempt_id,
-        external_id=external_id,
-        status=status,
-        source=source,
-        raw_response=body,
-    )
-    call.external_id, call.result = external_id, body
-    tool_call_transition(
-        call,
-        "accept",
-        actor=actor,
-        producer=producer,
-        receipt_id=receipt.pk,
-        external_id=external_id,
-        receipt_status=status,
-        source=source,
-        evidence=evidence,
-    )
-    if capability.completes_on_response:
-        _complete(call, capability, actor=actor, producer=producer)
-    if capability.verify is None:
-        tool_call_transition(
-            call,
-            "confirm_success",
-            actor=actor,
-            producer=producer,
-            reason="a read observes the system itself",
-        )
-        return None
-    tool_call_transition(call, "await_verification", actor=actor, producer=producer)
-    message = outbox.enqueue(VERIFY_TASK, call.pk, publish_now=not verify_here)
-    return message.pk if verify_here else None
-
-
-def _complete(call: ToolCall, capability: Capability, *, actor: str, producer: str) -> None:
-    tool_call_transition(call, "complete", actor=actor, producer=producer)
-    if capability.kind != "write":
-        return
-    # The object changed: calls computed from its old revision must not run.
-    moved = ObjectRevision.objects.filter(tenant_id=call.tenant_id, ref=call.object_ref).update(
-        revision=F("revision") + 1
-    )
-    if moved:
-        gate.approvals_invalidate_for_object(call=call, object_ref=call.object_ref, actor=actor)

@@ -40,8 +40,9 @@ from toolcalls.dispatch import (
     tool_call_dispatch,
 )
 from toolcalls.models import Attempt, ToolCall
+from toolcalls.record import RecordWrites
 from toolcalls.send import Outcome, send
-from toolcalls.verify import judge, observe
+from toolcalls.verify import judge, observe, wake_dependents
 from toolcalls.writes import bind_log_ids
 
 log = logging.getLogger(__name__)
@@ -217,13 +218,17 @@ def record_batch(sent: list[tuple[Claim, Outcome]]) -> list[tuple[ToolCall, str]
     accepted = []
     calls = sql.lock_calls(list(by_id))
     now = timezone.now()
+    writes = RecordWrites()
     with events.batch(_runs_of(calls)):
         for call in calls:
             bind_log_ids(call)
             claim, outcome = by_id[call.pk]
-            verify_now = record_locked(call, claim, outcome, now)
+            verify_now = record_locked(call, claim, outcome, now, writes=writes)
             if verify_now:
                 accepted.append(verify_now)
+        # The attempts' ends, receipts, revisions and verification messages of every call:
+        # one statement of each kind.
+        writes.flush()
     return accepted
 
 
@@ -241,11 +246,15 @@ def verify_batch(accepted: list[tuple[ToolCall, str]]) -> None:
     try:
         with transaction.atomic():
             calls = sql.lock_calls(list(observed))
+            _mark_done([outbox_id for outbox_id, _ in observed.values()])
+            confirmed: list[str] = []
             with events.batch(_runs_of(calls)):
                 for call in calls:
                     bind_log_ids(call)
-                    outbox_id, judgment = observed[call.pk]
-                    judge(call.pk, outbox_id, judgment, locked=call)
+                    _, judgment = observed[call.pk]
+                    judge(call.pk, None, judgment, locked=call, confirmed=confirmed)
+            # Read when the judgments are written, just before commit, as each judge would.
+            wake_dependents(confirmed)
     except Exception:
         log.exception("verifying a batch failed; its verification messages will run")
 

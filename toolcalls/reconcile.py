@@ -14,8 +14,8 @@ from django.utils import timezone
 from runs import outbox
 from toolcalls import channels, connectors, errors, gate, lifecycle
 from toolcalls.capabilities import Capability
-from toolcalls.dispatch import tool_call_accept
 from toolcalls.models import E, Receipt, ToolCall
+from toolcalls.record import tool_call_accept
 from toolcalls.verify import mark_done
 from toolcalls.writes import (
     RECONCILE_TASK,

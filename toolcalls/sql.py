@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection
+from django.db.models import F
 
 from runs.models import Run, Tenant
-from toolcalls.models import Attempt, Receipt, ToolCall
+from toolcalls.models import Attempt, ObjectRevision, Receipt, ToolCall
 
 _CALL = ToolCall._meta.concrete_fields
 _RUN = Run._meta.concrete_fields
@@ -352,3 +353,81 @@ def _call_steps_orm(
     for call_id, *receipt in receipts:
         steps[call_id]["receipts"].append(tuple(receipt))
     return steps
+
+# --- the record step's writes ---------------------------------------------------------------
+# A dispatch batch ended each call's attempt, bumped its object's revision and wrote its
+# receipt and verification message with one ORM statement per call, each compiled
+# (profile_dispatch --profile). toolcalls/record.py gathers them and writes each kind in one
+# statement here; tests/test_toolcalls_sql_record.py proves the rows are the ORM's.
+
+
+@dataclass(frozen=True)
+class AttemptEnd:
+    attempt_id: str
+    classification: str
+    ended_at: Any  # datetime
+    error_name: str
+    http_status: int | None
+
+
+_END_ATTEMPTS = (
+    "UPDATE toolcalls_attempt a SET classification = v.classification, ended_at = v.ended_at,"
+    " error_name = v.error_name, http_status = v.http_status"
+    " FROM unnest(%s::varchar[], %s::varchar[], %s::timestamptz[], %s::varchar[], %s::int[])"
+    " AS v(id, classification, ended_at, error_name, http_status) WHERE a.id = v.id"
+)
+
+
+def end_attempts(ends: list[AttemptEnd]) -> None:
+    """What `Attempt.objects.filter(pk=…).update(classification=…, ended_at=…, error_name=…,
+    http_status=…)` writes for each, in one statement."""
+    if not ends:
+        return
+    if connection.vendor != "postgresql":
+        for end in ends:
+            Attempt.objects.filter(pk=end.attempt_id).update(
+                classification=end.classification,
+                ended_at=end.ended_at,
+                error_name=end.error_name,
+                http_status=end.http_status,
+            )
+        return
+    columns = [
+        [e.attempt_id for e in ends],
+        [e.classification for e in ends],
+        [e.ended_at for e in ends],
+        [e.error_name for e in ends],
+        [e.http_status for e in ends],
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(_END_ATTEMPTS, columns)
+
+
+_BUMP_REVISIONS = (
+    "UPDATE toolcalls_objectrevision o SET revision = o.revision + v.writes"
+    " FROM unnest(%s::bigint[], %s::varchar[], %s::int[]) AS v(tenant_id, ref, writes)"
+    " WHERE o.tenant_id = v.tenant_id AND o.ref = v.ref RETURNING o.tenant_id, o.ref"
+)
+
+
+def bump_revisions(writes: dict[tuple[int, str], int]) -> set[tuple[int, str]]:
+    """Move each (tenant id, object ref) on by its number of completed writes, as
+    `ObjectRevision.objects.filter(tenant_id=…, ref=…).update(revision=F("revision") + 1)`
+    once per write does (auto_now `updated_at` untouched, as QuerySet.update leaves it).
+    Returns the objects that have a revision row (the ones that moved)."""
+    if not writes:
+        return set()
+    if connection.vendor != "postgresql":
+        moved = set()
+        for (tenant_id, ref), count in writes.items():
+            rows = ObjectRevision.objects.filter(tenant_id=tenant_id, ref=ref)
+            if rows.update(revision=F("revision") + count):
+                moved.add((tenant_id, ref))
+        return moved
+    keys = list(writes)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _BUMP_REVISIONS,
+            [[k[0] for k in keys], [k[1] for k in keys], [writes[k] for k in keys]],
+        )
+        return {(tenant_id, ref) for tenant_id, ref in cursor.fetchall()}

@@ -52,10 +52,17 @@ def observe(call: ToolCall) -> str:
 
 
 def judge(
-    tool_call_id: str, outbox_id: str | None, judgment: str, locked: ToolCall | None = None
+    tool_call_id: str,
+    outbox_id: str | None,
+    judgment: str,
+    locked: ToolCall | None = None,
+    confirmed: list[str] | None = None,
 ) -> None:
     """Write what the observation proves, in the caller's transaction (a batch of
-    dispatches writes all its verifications in one, its calls `locked` already)."""
+    dispatches writes all its verifications in one, its calls `locked` already, their
+    messages marked done together). With `confirmed`, a call that is confirmed is appended
+    there and the caller wakes the calls that depend on it (`wake_dependents`, one query for
+    the batch) instead of this reading them."""
     outbox.mark_done(outbox_id)
     call = locked or tool_call_lock(tool_call_id)
     if call.verification_status != V.PENDING:
@@ -66,7 +73,10 @@ def judge(
         tool_call_transition(call, action, actor=SYSTEM, producer="verifier")
         if action == "confirm_success" and call.compensation_of_id:
             _finish_compensation(call)
-        _wake_dependents(call)
+        if confirmed is None:
+            _wake_dependents(call)
+        else:
+            confirmed.append(call.pk)
         return
     if call.verifications >= MAX_VERIFICATIONS:
         tool_call_transition(
@@ -82,9 +92,17 @@ def judge(
 
 
 def _wake_dependents(call: ToolCall) -> None:
-    for dependent_id in call.dependents.filter(execution_status=E.AUTHORIZED).values_list(
-        "pk", flat=True
-    ):
+    wake_dependents([call.pk])
+
+
+def wake_dependents(tool_call_ids: list[str]) -> None:
+    """Dispatch the authorized calls that wait for these (confirmed or failed) calls."""
+    if not tool_call_ids:
+        return
+    waiting = ToolCall.objects.filter(
+        depends_on__in=tool_call_ids, execution_status=E.AUTHORIZED
+    ).order_by("pk")
+    for dependent_id in dict.fromkeys(waiting.values_list("pk", flat=True)):
         outbox.enqueue(DISPATCH_TASK, dependent_id)
 
 

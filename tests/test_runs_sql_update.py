@@ -1,0 +1,68 @@
+"""runs/sql.py `update_fields` (a transition's save) leaves the row that
+`save(update_fields=…)` leaves: the same columns written, auto_now set, the others untouched."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from django.db import DatabaseError, connection, transaction
+from django.test.utils import CaptureQueriesContext
+
+from runs import sql
+from runs.models import Run
+from tests.helpers import REFUND, propose_in
+from tests.sandbox_process import Sandbox
+from toolcalls.models import ToolCall
+
+pytestmark = pytest.mark.django_db
+MOMENT = datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
+
+
+def _values(obj: Any, *leave_out: str) -> dict[str, Any]:
+    return {
+        f.attname: getattr(obj, f.attname)
+        for f in obj._meta.concrete_fields
+        if f.attname not in leave_out
+    }
+
+
+def _change(call: ToolCall) -> None:
+    """What a record does to a call: a JSON result, dates, a status (and its protected field)."""
+    call.result = {"id": "re_1", "amount": 2500, "nested": {"é": [1, 2.5, None]}}
+    call.external_id, call.lease_expires_at, call.status_since = "re_1", None, MOMENT
+    call.last_error_message = "it's \"quoted\" %s"
+    call.cancel()
+
+
+def test_the_row_is_the_one_the_orms_save_leaves(run: Run, sandbox: Sandbox) -> None:
+    by_orm = propose_in(run, {**REFUND, "amount_cents": 7}, intent="orm")
+    by_sql = propose_in(run, {**REFUND, "amount_cents": 8}, intent="sql")
+    with transaction.atomic():
+        orm, written = (ToolCall.objects.get(pk=c.pk) for c in (by_orm, by_sql))
+        for call in (orm, written):
+            _change(call)
+        changed = written.changed_fields()
+        assert set(changed) >= {"result", "execution_status", "updated_at", "status_since"}
+        assert "args" not in changed
+        orm.save(update_fields=orm.changed_fields())
+        with CaptureQueriesContext(connection) as queries:
+            sql.update_fields(written, changed)
+
+    assert len(queries) == 1 and queries[0]["sql"].startswith('UPDATE "toolcalls_toolcall" SET')
+    assert written.changed_fields() == ["updated_at"]  # it remembers what it wrote
+    leave_out = ("id", "args", "args_digest", "idempotency_key", "external_request_id")
+    stored, expected = ToolCall.objects.get(pk=by_sql.pk), ToolCall.objects.get(pk=by_orm.pk)
+    assert _values(stored, *leave_out, "intent", "created_at", "updated_at") == _values(
+        expected, *leave_out, "intent", "created_at", "updated_at"
+    )
+    assert stored.updated_at == written.updated_at > by_sql.updated_at
+    assert (stored.args, stored.intent) == (by_sql.args, by_sql.intent)  # not written
+
+
+def test_a_row_that_is_gone_raises_as_the_orm_does(run: Run, sandbox: Sandbox) -> None:
+    call = ToolCall.objects.get(pk=propose_in(run).pk)
+    call.pk = "tc_gone"
+    with pytest.raises(DatabaseError, match="did not affect any rows"), transaction.atomic():
+        sql.update_fields(call, ["external_id"])
