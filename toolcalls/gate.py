@@ -26,15 +26,15 @@ from runs.canonical import digest
 from runs.errors import DomainError, not_found
 from runs.models import Tenant, User
 from runs.services import actor_for_user
-from toolcalls import capabilities, channels, errors, lifecycle, webhooks
+from toolcalls import capabilities, channels, errors, lifecycle, sql, webhooks
 from toolcalls.capabilities import Capability
 from toolcalls.checks import arguments_check, business_check, edits_check
 from toolcalls.models import E, ToolCall
 from toolcalls.writes import (
     DISPATCH_APPROVED_TASK,
     DISPATCH_TASK,
+    bind_log_ids,
     tool_call_event,
-    tool_call_lock,
     tool_call_transition,
 )
 
@@ -231,8 +231,12 @@ def tool_call_follow_approval(
 
 
 def _lock_both(tenant: Tenant, approval_id: str) -> tuple[Approval, ToolCall]:
-    approval = approvals.approval_lock(tenant=tenant, approval_id=approval_id)
-    return approval, tool_call_lock(approval.tool_call_id)
+    # One statement (toolcalls/sql.py): the approver waits for this transaction.
+    locked = sql.lock_for_decision(tenant_id=tenant.pk, approval_id=approval_id)
+    if locked is None:
+        raise not_found("approval", approval_id)
+    bind_log_ids(locked[1])
+    return locked
 
 
 def _approval_to_decide(
@@ -241,11 +245,7 @@ def _approval_to_decide(
     """The approval as the person's decision finds it, before anything is locked: refused
     early (who, which page) so that no check reaches an external system for nothing. The
     locked transaction checks the same again."""
-    approval = (
-        Approval.objects.select_related("tenant", "run", "tool_call")
-        .filter(tenant=tenant, pk=approval_id)
-        .first()
-    )
+    approval = sql.decision_read(tenant_id=tenant.pk, approval_id=approval_id)
     if approval is None:
         raise not_found("approval", approval_id)
     approvals.approval_check_decision(approval=approval, user=user, **seen)

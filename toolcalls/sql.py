@@ -15,6 +15,7 @@ from typing import Any
 
 from django.db import connection
 
+from approvals.models import Approval, Policy
 from runs.models import Run, Tenant
 from toolcalls.models import ToolCall
 
@@ -300,3 +301,89 @@ def call_relations(call: ToolCall) -> Relations:
         cursor.execute(_RELATIONS, [call.pk] * 4)
         attempts, compensation_id, depends_on, has_approvals = cursor.fetchone()
     return Relations(attempts, compensation_id, list(depends_on), has_approvals)
+
+
+# --- an approver's decision -----------------------------------------------------------------
+# The approve POST read the approval with its tenant, run and call before the business check,
+# then locked the approval (with its run, call and policy) and the call (with its run and
+# tenant) with two more queries: compiling the three ORM queries was a third of the POST's CPU
+# (bench_approve --profile). Written out here: the read, and both locks in one statement —
+# the approval's row FOR UPDATE, then the call's FOR NO KEY UPDATE (as tool_call_lock: a row
+# that only refers to the call is not held up), in the order the two queries took them.
+# tests/test_toolcalls_sql_decision.py proves they answer what the ORM's queries answered.
+_APPROVAL = Approval._meta.concrete_fields
+_POLICY = Policy._meta.concrete_fields
+_APPROVAL_CONVERT = _converters(_APPROVAL)
+_POLICY_CONVERT = _converters(_POLICY)
+
+_DECISION_READ = (
+    f"SELECT {_columns('a', _APPROVAL)}, {_columns('t', _TENANT)}, {_columns('r', _RUN)},"
+    f" {_columns('c', _CALL)} FROM approvals_approval a"
+    " JOIN runs_tenant t ON t.id = a.tenant_id JOIN runs_run r ON r.id = a.run_id"
+    " JOIN toolcalls_toolcall c ON c.id = a.tool_call_id WHERE a.tenant_id = %s AND a.id = %s"
+)
+
+_DECISION_LOCK = (
+    f"SELECT {_columns('a', _APPROVAL)}, {_columns('p', _POLICY)}, {_columns('c', _CALL)},"
+    f" {_columns('r', _RUN)}, {_columns('t', _TENANT)} FROM approvals_approval a"
+    " JOIN approvals_policy p ON p.id = a.policy_id"
+    " JOIN toolcalls_toolcall c ON c.id = a.tool_call_id JOIN runs_run r ON r.id = c.run_id"
+    " JOIN runs_tenant t ON t.id = c.tenant_id WHERE a.tenant_id = %s AND a.id = %s"
+    " FOR UPDATE OF a FOR NO KEY UPDATE OF c"
+)
+
+
+def _split(row: tuple, *widths: int) -> list[tuple]:
+    parts, start = [], 0
+    for width in widths:
+        parts.append(row[start : start + width])
+        start += width
+    return parts
+
+
+def decision_read(*, tenant_id: int, approval_id: str) -> Approval | None:
+    """The tenant's approval with its tenant, run and call (as
+    `select_related("tenant", "run", "tool_call")`), nothing locked; None when there is none."""
+    if connection.vendor != "postgresql":
+        query = Approval.objects.select_related("tenant", "run", "tool_call")
+        return query.filter(tenant_id=tenant_id, pk=approval_id).first()
+    with connection.cursor() as cursor:
+        cursor.execute(_DECISION_READ, [tenant_id, approval_id])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    a, t, r, c = _split(row, len(_APPROVAL), len(_TENANT), len(_RUN), len(_CALL))
+    approval = _make(Approval, _APPROVAL, _APPROVAL_CONVERT, a)
+    Approval.tenant.field.set_cached_value(approval, _make(Tenant, _TENANT, _CONVERT[2], t))
+    Approval.run.field.set_cached_value(approval, _make(Run, _RUN, _CONVERT[1], r))
+    Approval.tool_call.field.set_cached_value(approval, _make(ToolCall, _CALL, _CONVERT[0], c))
+    return approval
+
+
+def lock_for_decision(*, tenant_id: int, approval_id: str) -> tuple[Approval, ToolCall] | None:
+    """The tenant's approval and its call, both rows locked, in one statement; None when there
+    is no such approval. The approval's policy, run, tenant and call are loaded with it: its
+    call is the locked call object, and its run and tenant are the call's (the same rows)."""
+    if not connection.features.has_select_for_update:
+        approval = (
+            Approval.objects.select_for_update(of=("self",))
+            .select_related("run", "tool_call", "policy")
+            .filter(tenant_id=tenant_id, pk=approval_id)
+            .first()
+        )
+        return None if approval is None else (approval, lock_call(approval.tool_call_id))
+    with connection.cursor() as cursor:
+        cursor.execute(_DECISION_LOCK, [tenant_id, approval_id])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    a, p, rest = _split(row, len(_APPROVAL), len(_POLICY), len(row))
+    approval = _make(Approval, _APPROVAL, _APPROVAL_CONVERT, a)
+    call = _call_of(rest)
+    Approval.policy.field.set_cached_value(approval, _make(Policy, _POLICY, _POLICY_CONVERT, p))
+    Approval.tool_call.field.set_cached_value(approval, call)
+    if approval.run_id == call.run_id:  # always: an approval is opened in its call's run
+        Approval.run.field.set_cached_value(approval, call.run)
+    if approval.tenant_id == call.tenant_id:
+        Approval.tenant.field.set_cached_value(approval, call.tenant)
+    return approval, call
