@@ -310,6 +310,10 @@ def call_relations(call: ToolCall) -> Relations:
 # (bench_approve --profile). Written out here: the read, and both locks in one statement —
 # the approval's row FOR UPDATE, then the call's FOR NO KEY UPDATE (as tool_call_lock: a row
 # that only refers to the call is not held up), in the order the two queries took them.
+# The run, tenant and policy are read, not locked (as before): a statement that waited for a
+# lock sees their rows as of its start, and the decision uses only what never changes of them
+# (ids, the correlation id; a policy version is never edited); the run is locked afresh to
+# resume it.
 # tests/test_toolcalls_sql_decision.py proves they answer what the ORM's queries answered.
 _APPROVAL = Approval._meta.concrete_fields
 _POLICY = Policy._meta.concrete_fields
