@@ -18,6 +18,7 @@ from tests.helpers import BIG_REFUND, propose_in
 from tests.sandbox_process import Sandbox
 from toolcalls import sql
 from toolcalls.models import ToolCall
+from toolcalls.selectors import calls_effect_pending
 
 pytestmark = pytest.mark.django_db
 
@@ -35,10 +36,12 @@ def test_the_read_loads_what_the_orm_loads(waiting: Approval) -> None:
     orm = Approval.objects.select_related("tenant", "run", "tool_call").get(pk=waiting.pk)
 
     with CaptureQueriesContext(connection) as queries:
-        read = sql.decision_read(tenant_id=waiting.tenant_id, approval_id=waiting.pk)
+        found = sql.decision_read(tenant_id=waiting.tenant_id, approval_id=waiting.pk)
+        read = found.approval
         related = (read.tenant.slug, read.run.state, read.tool_call.execution_status)
 
     assert len(queries) == 1
+    assert found.open_calls == []  # the call itself is not one of them
     assert _values(read) == _values(orm)
     assert _values(read.tenant) == _values(orm.tenant)
     assert _values(read.run) == _values(orm.run)
@@ -46,6 +49,36 @@ def test_the_read_loads_what_the_orm_loads(waiting: Approval) -> None:
     assert related == ("acme", orm.run.state, "awaiting_approval")
     assert isinstance(read.args, dict) and read.args == orm.args
     assert read.changed_fields() == ["updated_at"]  # it knows what it was read with
+
+
+def test_the_read_finds_the_open_calls_the_business_check_counts(
+    run: Run, waiting: Approval
+) -> None:
+    """As `calls_effect_pending(..., exclude=the call)`: the same calls, oldest first, with
+    the same values; not the calls on another object nor the final ones."""
+    order = BIG_REFUND["order_id"]
+    pending = propose_in(run, {**BIG_REFUND, "amount_cents": 5_000}, intent="pending")
+    small = propose_in(run, {**BIG_REFUND, "amount_cents": 100}, intent="small")
+    ToolCall.objects.filter(pk=small.pk).update(
+        execution_status="completed", verification_status="confirmed_success"
+    )  # final and seen at the system: not counted
+    propose_in(run, {**BIG_REFUND, "order_id": "order-001", "amount_cents": 100}, intent="other")
+    ToolCall.objects.filter(pk=pending.pk).update(external_request_id="req-1")
+    call = waiting.tool_call
+    orm = calls_effect_pending(
+        tenant=waiting.tenant,
+        capability_id=call.capability_id,
+        object_ref=f"order:{order}",
+        exclude=call.pk,
+    )
+    expected = [
+        (o.pk, o.args, o.execution_status, o.external_request_id, o.external_id) for o in orm
+    ]
+
+    found = sql.decision_read(tenant_id=waiting.tenant_id, approval_id=waiting.pk)
+
+    assert [row[0] for row in expected] == [pending.pk]
+    assert found.open_calls == expected
 
 
 def test_the_read_finds_no_approval_of_another_tenant(waiting: Approval) -> None:

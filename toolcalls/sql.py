@@ -320,9 +320,18 @@ _POLICY = Policy._meta.concrete_fields
 _APPROVAL_CONVERT = _converters(_APPROVAL)
 _POLICY_CONVERT = _converters(_POLICY)
 
+# With the approval, the business check's read (calls_effect_pending): the tenant's other calls
+# of the capability on the call's object whose effect may not show yet, oldest first.
 _DECISION_READ = (
     f"SELECT {_columns('a', _APPROVAL)}, {_columns('t', _TENANT)}, {_columns('r', _RUN)},"
-    f" {_columns('c', _CALL)} FROM approvals_approval a"
+    f" {_columns('c', _CALL)},"
+    " (SELECT json_agg(json_build_array(o.id, o.args, o.execution_status,"
+    " o.external_request_id, o.external_id) ORDER BY o.created_at, o.id)"
+    " FROM toolcalls_toolcall o WHERE o.tenant_id = c.tenant_id"
+    " AND o.capability_id = c.capability_id AND o.object_ref = c.object_ref AND o.id <> c.id"
+    f" AND (o.execution_status IN ({_PENDING})"
+    f" OR (o.execution_status = 'completed' AND o.verification_status IN ({_UNCONFIRMED}))))"
+    " FROM approvals_approval a"
     " JOIN runs_tenant t ON t.id = a.tenant_id JOIN runs_run r ON r.id = a.run_id"
     " JOIN toolcalls_toolcall c ON c.id = a.tool_call_id WHERE a.tenant_id = %s AND a.id = %s"
 )
@@ -345,23 +354,54 @@ def _split(row: tuple, *widths: int) -> list[tuple]:
     return parts
 
 
-def decision_read(*, tenant_id: int, approval_id: str) -> Approval | None:
+@dataclass(frozen=True)
+class DecisionRead:
+    approval: Approval  # with its tenant, run and call
+    # The other calls on the call's object whose effect may not show yet, oldest first:
+    # (id, args, execution_status, external_request_id, external_id).
+    open_calls: list[tuple[str, dict, str, str, str]]
+
+
+def decision_read(*, tenant_id: int, approval_id: str) -> DecisionRead | None:
     """The tenant's approval with its tenant, run and call (as
-    `select_related("tenant", "run", "tool_call")`), nothing locked; None when there is none."""
+    `select_related("tenant", "run", "tool_call")`) and the open calls on its call's object
+    (as `calls_effect_pending(..., exclude=call)`), nothing locked; None when there is none."""
     if connection.vendor != "postgresql":
-        query = Approval.objects.select_related("tenant", "run", "tool_call")
-        return query.filter(tenant_id=tenant_id, pk=approval_id).first()
+        return _decision_read_orm(tenant_id, approval_id)
     with connection.cursor() as cursor:
         cursor.execute(_DECISION_READ, [tenant_id, approval_id])
         row = cursor.fetchone()
     if row is None:
         return None
-    a, t, r, c = _split(row, len(_APPROVAL), len(_TENANT), len(_RUN), len(_CALL))
+    a, t, r, c, found = _split(row, len(_APPROVAL), len(_TENANT), len(_RUN), len(_CALL), 1)
+    found = found[0]
+    if isinstance(found, str | bytes):  # json, as Django's psycopg setup leaves it: text
+        found = json.loads(found)
     approval = _make(Approval, _APPROVAL, _APPROVAL_CONVERT, a)
     Approval.tenant.field.set_cached_value(approval, _make(Tenant, _TENANT, _CONVERT[2], t))
     Approval.run.field.set_cached_value(approval, _make(Run, _RUN, _CONVERT[1], r))
     Approval.tool_call.field.set_cached_value(approval, _make(ToolCall, _CALL, _CONVERT[0], c))
-    return approval
+    return DecisionRead(approval, [tuple(call) for call in found or []])
+
+
+def _decision_read_orm(tenant_id: int, approval_id: str) -> DecisionRead | None:
+    from toolcalls.selectors import calls_effect_pending
+
+    query = Approval.objects.select_related("tenant", "run", "tool_call")
+    approval = query.filter(tenant_id=tenant_id, pk=approval_id).first()
+    if approval is None:
+        return None
+    call = approval.tool_call
+    pending = calls_effect_pending(
+        tenant=approval.tenant,
+        capability_id=call.capability_id,
+        object_ref=call.object_ref,
+        exclude=call.pk,
+    )
+    return DecisionRead(
+        approval,
+        [(o.pk, o.args, o.execution_status, o.external_request_id, o.external_id) for o in pending],
+    )
 
 
 def lock_for_decision(*, tenant_id: int, approval_id: str) -> tuple[Approval, ToolCall] | None:
