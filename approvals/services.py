@@ -32,7 +32,7 @@ from approvals.models import Approval, ApprovalDecision
 from approvals.policies import Requirement
 from runs import events, outbox, transitions
 from runs.errors import DomainError, not_found
-from runs.models import Tenant, User
+from runs.models import User
 from runs.services import actor_for_user
 
 # The approvers' email (approvals/notifications.py), enqueued with the approval.
@@ -69,18 +69,6 @@ def approval_transition(
     )
     if event.event_type in latency.DECIDED:
         latency.latency_record(approval=approval, decided=event)
-
-
-def approval_lock(*, tenant: Tenant, approval_id: str) -> Approval:
-    approval = (
-        Approval.objects.select_for_update(of=("self",))
-        .select_related("run", "tool_call", "policy")
-        .filter(tenant=tenant, pk=approval_id)
-        .first()
-    )
-    if approval is None:
-        raise not_found("approval", approval_id)
-    return approval
 
 
 def summary_hash(summary: str, args_digest: str) -> str:

@@ -205,6 +205,13 @@ def clicks(
                 " AND event_type = 'tool_call.authorized'",
                 [call.pk],
             )[0][0]
+            # The worker's task start: its claim's first statement marks the message done.
+            received = monitor.all(
+                "SELECT extract(epoch FROM done_at) FROM runs_outboxmessage"
+                " WHERE task = 'toolcalls.dispatch_approved' AND args = %s::jsonb",
+                [f'["{call.pk}"]'],
+            )
+            received = float(received[0][0]) if received and received[0][0] else None
             samples.append(
                 {
                     "call": call.pk,
@@ -215,6 +222,10 @@ def clicks(
                     "dispatching_ms": (dispatching - started) * 1000 if dispatching else None,
                     "hop_ms": (dispatching - float(authorized)) * 1000 if dispatching else None,
                     "backlog": backlog,
+                    "receive_ms": (received - float(authorized)) * 1000 if received else None,
+                    "claim_ms": (dispatching - received) * 1000
+                    if dispatching and received
+                    else None,
                 }
             )
             time.sleep(gap)
@@ -243,11 +254,19 @@ def clicks(
         "post_queries": samples[-1]["post_queries"],
         "hop": {f"p{q}": percentile(hops, q) for q in (50, 95, 99)},
         "backlog": {"p50": percentile(backlogs, 50), "max": max(backlogs)},
+        "receive": _percentiles([s["receive_ms"] for s in samples]),
+        "claim": _percentiles([s["claim_ms"] for s in samples]),
         "background_per_s": background / (last - first),
         "window_s": last - first,
         "database": settings.DATABASES["default"]["NAME"],
         "profile": _top(profiler) if profile else "",
     }
+
+
+def _percentiles(values: list[float | None]) -> dict[str, float]:
+    """p50/p95/p99, a missing value (never received, or never claimed) counted as inf."""
+    values = [inf if value is None else value for value in values]
+    return {f"p{q}": percentile(values, q) for q in (50, 95, 99)}
 
 
 class _Direct:

@@ -113,13 +113,16 @@ def start_worker(
     app: str = "config",
     prefix: str = "bench",
     queues: str = "",
+    nice: int = 0,
 ) -> Child:
-    """`queues`: `-Q` for a worker that takes only some queues (every queue when empty)."""
+    """`queues`: `-Q` for a worker that takes only some queues (every queue when empty);
+    `nice`: its WORKER_NICE (config/celery_app.py), as the Procfile sets it."""
     name = f"{prefix}{index}"
     argv = [sys.executable, "-m", "celery", "-A", app, "worker"]
     argv += ["--pool", pool, "--concurrency", str(concurrency), "-n", f"{name}@%h"]
     argv += ["-Q", queues] if queues else []
     argv += ["--without-gossip", "--without-mingle", "--without-heartbeat", "--loglevel", "INFO"]
+    env = {**env, "WORKER_NICE": str(nice)}
     return Child(name, argv, env, root, log_dir / f"{name}.log").start()
 
 

@@ -5,6 +5,7 @@ import os
 from typing import Any
 
 from celery import Celery, signals
+from django.conf import settings
 from django.db import close_old_connections
 
 from config import telemetry
@@ -20,6 +21,15 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 # around each web request instead.
 app.conf.update(CELERY_DB_REUSE_MAX=1000)
 app.autodiscover_tasks()
+
+
+@signals.worker_init.connect
+def lower_the_cpu_priority(sender: Any = None, **kwargs: Any) -> None:
+    """WORKER_NICE: the bulk worker yields the CPU to the web and `interactive` processes.
+    worker_init runs in the main process before the pool starts; on Linux the nice value is
+    per thread and inherited, so the pool's threads and forked children run at it too."""
+    if settings.WORKER_NICE > 0:
+        os.nice(settings.WORKER_NICE)
 
 
 @signals.task_prerun.connect

@@ -70,8 +70,9 @@ def enqueue_many(messages: list[OutboxMessage], *, publish_now: bool = True) -> 
             transaction.on_commit(lambda message=message: publish(message))
 
 
-def publish(message: OutboxMessage, countdown: float = 0) -> bool:
-    """Send the message to the broker; False if the broker did not take it."""
+def publish(message: OutboxMessage, countdown: float = 0, queue: str | None = None) -> bool:
+    """Send the message to the broker (to `queue` instead of its task's route when given);
+    False if the broker did not take it."""
     from config.celery_app import app
 
     try:
@@ -81,6 +82,7 @@ def publish(message: OutboxMessage, countdown: float = 0) -> bool:
                 args=message.args,
                 kwargs={"outbox_id": message.pk},
                 countdown=countdown or None,
+                **({"queue": queue} if queue else {}),
             )
     except Exception:
         # The broker is down or slow: the row stays undone and the sweeper publishes it later.
@@ -119,7 +121,7 @@ def republish_due(limit: int = 500) -> int:
         ).update(available_at=now)
         if claimed != 1:
             continue
-        if not publish(message):
+        if not publish(message, queue=settings.OUTBOX_REPUBLISH_QUEUES.get(message.task)):
             # The broker is down: the others would fail too, each after the client's own
             # connection retries (seconds). And only a publish the broker took counts towards
             # the limit, so an hour without a broker uses up no message's republishes.

@@ -88,3 +88,22 @@ def test_publishes_the_broker_refused_do_not_count(message: OutboxMessage) -> No
     message.refresh_from_db()
     assert message.published_count == 1
     assert queued(message) == 1
+
+
+@override_settings(OUTBOX_REPUBLISH_AFTER_SECONDS=0)
+def test_an_approved_calls_dispatch_nobody_took_is_republished_to_the_bulk_queue(db: None) -> None:
+    """The Procfile's bulk worker takes only `celery` (it runs at a lower CPU priority): with
+    no `interactive` worker to take it, the sweeper hands an approved call to the bulk workers."""
+    broker = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    broker.delete("celery", "interactive")
+    with transaction.atomic():
+        message = outbox.enqueue("toolcalls.dispatch_approved", "tc_x", publish_now=False)
+    OutboxMessage.objects.filter(pk=message.pk).update(
+        available_at=timezone.now() - timedelta(minutes=5)
+    )
+    try:
+        assert outbox.republish_due() == 1
+        assert queued(message) == 1
+        assert broker.llen("interactive") == 0
+    finally:
+        broker.delete("celery", "interactive")

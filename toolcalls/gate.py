@@ -26,15 +26,16 @@ from runs.canonical import digest
 from runs.errors import DomainError, not_found
 from runs.models import Tenant, User
 from runs.services import actor_for_user
-from toolcalls import capabilities, channels, errors, lifecycle, webhooks
+from toolcalls import capabilities, channels, errors, lifecycle, sql_decision, webhooks
 from toolcalls.capabilities import Capability
-from toolcalls.checks import arguments_check, business_check, edits_check
+from toolcalls.capabilities.base import OpenCall
+from toolcalls.checks import KnownOpenCalls, arguments_check, business_check, edits_check
 from toolcalls.models import E, ToolCall
 from toolcalls.writes import (
     DISPATCH_APPROVED_TASK,
     DISPATCH_TASK,
+    bind_log_ids,
     tool_call_event,
-    tool_call_lock,
     tool_call_transition,
 )
 
@@ -231,35 +232,45 @@ def tool_call_follow_approval(
 
 
 def _lock_both(tenant: Tenant, approval_id: str) -> tuple[Approval, ToolCall]:
-    approval = approvals.approval_lock(tenant=tenant, approval_id=approval_id)
-    return approval, tool_call_lock(approval.tool_call_id)
+    # One statement (toolcalls/sql.py): the approver waits for this transaction.
+    locked = sql_decision.lock_for_decision(tenant_id=tenant.pk, approval_id=approval_id)
+    if locked is None:
+        raise not_found("approval", approval_id)
+    bind_log_ids(locked[1])
+    return locked
 
 
 def _approval_to_decide(
     tenant: Tenant, approval_id: str, user: User, seen: dict[str, Any]
-) -> tuple[Approval, Capability | None]:
+) -> tuple[Approval, Capability | None, KnownOpenCalls]:
     """The approval as the person's decision finds it, before anything is locked: refused
     early (who, which page) so that no check reaches an external system for nothing. The
-    locked transaction checks the same again."""
-    approval = (
-        Approval.objects.select_related("tenant", "run", "tool_call")
-        .filter(tenant=tenant, pk=approval_id)
-        .first()
-    )
-    if approval is None:
+    locked transaction checks the same again. Read with it, in one statement: the open calls
+    on its object that the business check counts."""
+    read = sql_decision.decision_read(tenant_id=tenant.pk, approval_id=approval_id)
+    if read is None:
         raise not_found("approval", approval_id)
+    approval, call = read.approval, read.approval.tool_call
     approvals.approval_check_decision(approval=approval, user=user, **seen)
-    return approval, capabilities.get(approval.tool_call.capability_id)
+    known = (call.capability_id, call.object_ref, [OpenCall(*row) for row in read.open_calls])
+    return approval, capabilities.get(call.capability_id), known
 
 
-def _check_still_passes(tenant: Tenant, approval: Approval, capability: Capability | None) -> None:
+def _check_still_passes(
+    tenant: Tenant,
+    approval: Approval,
+    capability: Capability | None,
+    known: KnownOpenCalls | None = None,
+) -> None:
     """What was true at proposal may not be now (another refund of the order went out, or is
     on its way): the business check runs again, against the external system and our other
     calls on the object, and a call that would fail there is not approved. Outside any lock:
     it reads the external system."""
     if capability is None:
         return  # its contract left the code: dispatch fails it as capability.unknown
-    problems = business_check(tenant, capability, approval.args, exclude=approval.tool_call_id)
+    problems = business_check(
+        tenant, capability, approval.args, exclude=approval.tool_call_id, known_open_calls=known
+    )
     if problems:
         raise DomainError(
             approval_errors.CHECK_FAILED,
@@ -281,8 +292,8 @@ def tool_call_approve(
 ) -> Approval:
     """Approve the call as it stands, if it still passes its business check."""
     seen = {"seen_version": seen_version, "seen_summary_hash": seen_summary_hash}
-    approval, capability = _approval_to_decide(tenant, approval_id, user, seen)
-    _check_still_passes(tenant, approval, capability)
+    approval, capability, known = _approval_to_decide(tenant, approval_id, user, seen)
+    _check_still_passes(tenant, approval, capability, known)
     return _approve(tenant=tenant, approval_id=approval_id, user=user, reason=reason, **seen)
 
 
@@ -352,7 +363,7 @@ def tool_call_approve_with_edits(
     (raising an amount may need more approvers). The call's arguments are replaced in place
     (the old ones stay in its events). Returns the approval that now stands for the call."""
     seen = {"seen_version": seen_version, "seen_summary_hash": seen_summary_hash}
-    approval, capability = _approval_to_decide(tenant, approval_id, user, seen)
+    approval, capability, _ = _approval_to_decide(tenant, approval_id, user, seen)
     if capability is None:
         raise DomainError(
             errors.CAPABILITY_UNKNOWN,

@@ -266,6 +266,11 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
 CELERY_TASK_QUEUES = (Queue("interactive"), Queue("celery"))
 CELERY_TASK_DEFAULT_QUEUE = "celery"
 CELERY_TASK_ROUTES = {"toolcalls.dispatch_approved": {"queue": "interactive"}}
+# A worker started with WORKER_NICE=n runs its tasks n steps below normal CPU priority
+# (config/celery_app.py). The Procfile's bulk worker sets 10: when bulk work, the proposer and
+# PostgreSQL saturate the cores, the web process and the `interactive` worker are scheduled
+# first, so an approver's click does not wait for a core behind bulk work (bench_approve).
+WORKER_NICE = int(os.environ.get("WORKER_NICE", "0"))
 # A task that hangs is killed; its lease expires and the sweeper turns the call into unknown.
 CELERY_TASK_TIME_LIMIT = 300
 CELERY_TASK_SOFT_TIME_LIMIT = 240
@@ -335,6 +340,10 @@ DISPATCH_BATCH_SIZE = int(os.environ.get("DISPATCH_BATCH_SIZE", "50"))
 DISPATCH_SEND_THREADS = int(os.environ.get("DISPATCH_SEND_THREADS", "16"))
 # An outbox message still undone this long after it was due is published again.
 OUTBOX_REPUBLISH_AFTER_SECONDS = float(os.environ.get("OUTBOX_REPUBLISH_AFTER_SECONDS", "30"))
+# A message republished by the sweeper goes to the queue named here for its task instead of
+# its route: an approved call's dispatch nobody took from `interactive` within the delay above
+# (no `interactive` worker running, or it is down) is taken by the bulk workers (-Q celery).
+OUTBOX_REPUBLISH_QUEUES = {"toolcalls.dispatch_approved": "celery"}
 # After this many republishes a message is left undone and no longer sent: its task keeps
 # failing, and `manage.py outbox_stuck` lists it for a person (who can --requeue it).
 OUTBOX_MAX_REPUBLISHES = int(os.environ.get("OUTBOX_MAX_REPUBLISHES", "20"))

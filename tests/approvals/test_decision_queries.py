@@ -1,6 +1,8 @@
 """What an approver's click costs the database: the approve and reject POSTs, counted query by
 query, so that a change which adds one to the approver's wait fails here (issue 12; the time
-is `bench_approve`'s). Before the decision was slimmed, one approve POST took 40 queries."""
+is `bench_approve`'s). Before the decision was slimmed, one approve POST took 40 queries; 22
+before the approval's and the call's locks became one statement and the early read took in the
+business check's read."""
 
 from __future__ import annotations
 
@@ -17,14 +19,16 @@ from tests.helpers import BIG_REFUND, decide, logged_in, propose_in
 from tests.sandbox_process import Sandbox
 from toolcalls.models import Webhook
 
-# The session, its user with their tenant (2, runs/backends.py); the approval and the
-# business check's read of the object's other calls, before any lock (2); SAVEPOINT, the
-# approval and the call locked (3); the decisions so far and the new one (2); the run locked
-# and its chain head (2); the approval's and the call's UPDATE, the dispatch's outbox message
-# (3); whether a webhook wants the decision (1); the run locked, any approval still pending,
-# the run's UPDATE (3); the four events in one INSERT (1); the decision counted in the
-# approval latency counts, a projection the dashboard reads (1); RELEASE SAVEPOINT (1).
-APPROVE_QUERIES = 21
+# The session, its user with their tenant (2, runs/backends.py); the approval with the
+# business check's read of the object's other calls, before any lock, in one statement (1:
+# toolcalls/sql_decision.py, decision_read; two queries before); SAVEPOINT, the approval and
+# the call locked in one statement (2: lock_for_decision; two queries before); the decisions
+# so far and the new one (2); the run locked and its chain head (2); the approval's and the
+# call's UPDATE, the dispatch's outbox message (3); whether a webhook wants the decision (1);
+# the run locked, any approval still pending, the run's UPDATE (3); the four events in one
+# INSERT (1); the decision counted in the approval latency counts, a projection the dashboard
+# reads (1); RELEASE SAVEPOINT (1).
+APPROVE_QUERIES = 19
 
 
 def click(client: Client, approval: Approval, action: str, **fields: Any) -> int:
@@ -73,13 +77,13 @@ def test_the_first_of_two_approvers_costs_fewer(run: Run, sandbox: Sandbox, appr
     call = propose_in(run, {**BIG_REFUND, "amount_cents": 120_000})
     approval = Approval.objects.get(tool_call=call)
     # No approval, authorization nor resume: the decision, its event and the version saved.
-    assert click(logged_in(approver), approval, "approve") == 14
+    assert click(logged_in(approver), approval, "approve") == 12
     approval.refresh_from_db()
     assert (approval.state, approval.version, approval.approvals_so_far) == ("pending", 2, 1)
 
 
 def test_a_reject_costs_its_fixed_queries(waiting: Approval, approver: User) -> None:
     # As an approve that reaches quorum, less the authorization's writes.
-    assert click(logged_in(approver), waiting, "reject", reason="not eligible") == 19
+    assert click(logged_in(approver), waiting, "reject", reason="not eligible") == 18
     waiting.refresh_from_db()
     assert waiting.state == "rejected"

@@ -77,6 +77,12 @@ class Command(BaseCommand):
             help="more workers that take only the `interactive` queue (-Q interactive)",
         )
         parser.add_argument("--interactive-concurrency", type=int, default=2)
+        parser.add_argument(
+            "--bulk-nice",
+            type=int,
+            default=10,
+            help="the bulk workers' WORKER_NICE (the Procfile's: 10; 0 for normal priority)",
+        )
         parser.add_argument("--timeout", type=float, default=10, help="seconds per click")
         parser.add_argument("--profile", action="store_true", help="print the POST's profile")
         parser.add_argument("--inner", choices=["setup", "load", "clicks"], help="(internal)")
@@ -179,8 +185,21 @@ class Bench:
                 )
                 if loader.poll() is not None:
                     raise CommandError(f"the load failed: {(tmp / 'load.log').read_text()[-3000:]}")
+            # As the Procfile runs them: the bulk workers take only `celery`, below normal CPU
+            # priority, when a worker of their own takes `interactive`.
+            bulk_queues = "celery" if opts["interactive_workers"] else ""
             workers = [
-                start_worker(ROOT, env, tmp, i + 1, opts["pool"], opts["concurrency"], "config")
+                start_worker(
+                    ROOT,
+                    env,
+                    tmp,
+                    i + 1,
+                    opts["pool"],
+                    opts["concurrency"],
+                    "config",
+                    queues=bulk_queues,
+                    nice=opts["bulk_nice"],
+                )
                 for i in range(opts["workers"])
             ] + [
                 start_worker(
@@ -277,7 +296,9 @@ class Bench:
         self.say("== bench_approve =========================================================")
         self.say(
             f"  {opts['workers']} workers x --pool {opts['pool']} --concurrency "
-            f"{opts['concurrency']}, {opts['interactive_workers']} more x -Q interactive "
+            f"{opts['concurrency']} (WORKER_NICE {opts['bulk_nice']}"
+            f"{', -Q celery' if opts['interactive_workers'] else ''}), "
+            f"{opts['interactive_workers']} more x -Q interactive "
             f"--concurrency {opts['interactive_concurrency']}; --load {opts['load']}; "
             f"{r['clicks']} clicks, "
             f"{opts['gap']} s apart; load average {os.getloadavg()[0]:.1f}"
@@ -302,6 +323,13 @@ class Bench:
         self.say(
             f"  tool_call.authorized (written inside the POST's transaction) -> dispatching: "
             f"p50 {h['p50']:.1f} ms, p95 {h['p95']:.1f} ms, p99 {h['p99']:.1f} ms"
+        )
+        w, c = r["receive"], r["claim"]
+        self.say(
+            f"  the hand-off's parts: authorized -> the worker's task starts (its claim marks the "
+            f"outbox message done): p50 {w['p50']:.1f} ms, p95 {w['p95']:.1f} ms, p99 "
+            f"{w['p99']:.1f} ms; the claim, task start -> dispatching: p50 {c['p50']:.1f} ms, "
+            f"p95 {c['p95']:.1f} ms, p99 {c['p99']:.1f} ms"
         )
         if load is not None:
             self.say(

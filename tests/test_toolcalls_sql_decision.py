@@ -1,0 +1,141 @@
+"""The approver's decision reads and locks with toolcalls/sql.py's statements: they load exactly
+what the ORM's queries loaded (the approval with its tenant, run, call and policy; the call with
+its run and tenant), in one statement each, and the locked statement holds both rows as the two
+ORM locks did (issue 12: the approve POST's CPU)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+import pytest
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
+
+from approvals.models import Approval
+from runs.models import Run, Tenant
+from tests.helpers import BIG_REFUND, propose_in
+from tests.sandbox_process import Sandbox
+from toolcalls import sql_decision as sql
+from toolcalls.models import ToolCall
+from toolcalls.selectors import calls_effect_pending
+
+pytestmark = pytest.mark.django_db
+
+
+def _values(obj: Any) -> dict[str, Any]:
+    return {f.attname: getattr(obj, f.attname) for f in obj._meta.concrete_fields}
+
+
+@pytest.fixture
+def waiting(run: Run, sandbox: Sandbox) -> Approval:
+    return Approval.objects.get(tool_call=propose_in(run, BIG_REFUND))
+
+
+def test_the_read_loads_what_the_orm_loads(waiting: Approval) -> None:
+    orm = Approval.objects.select_related("tenant", "run", "tool_call").get(pk=waiting.pk)
+
+    with CaptureQueriesContext(connection) as queries:
+        found = sql.decision_read(tenant_id=waiting.tenant_id, approval_id=waiting.pk)
+        read = found.approval
+        related = (read.tenant.slug, read.run.state, read.tool_call.execution_status)
+
+    assert len(queries) == 1
+    assert found.open_calls == []  # the call itself is not one of them
+    assert _values(read) == _values(orm)
+    assert _values(read.tenant) == _values(orm.tenant)
+    assert _values(read.run) == _values(orm.run)
+    assert _values(read.tool_call) == _values(orm.tool_call)
+    assert related == ("acme", orm.run.state, "awaiting_approval")
+    assert isinstance(read.args, dict) and read.args == orm.args
+    assert read.changed_fields() == ["updated_at"]  # it knows what it was read with
+
+
+def test_the_read_finds_the_open_calls_the_business_check_counts(
+    run: Run, waiting: Approval
+) -> None:
+    """As `calls_effect_pending(..., exclude=the call)`: the same calls, oldest first, with
+    the same values; not the calls on another object nor the final ones."""
+    order = BIG_REFUND["order_id"]
+    pending = propose_in(run, {**BIG_REFUND, "amount_cents": 5_000}, intent="pending")
+    small = propose_in(run, {**BIG_REFUND, "amount_cents": 100}, intent="small")
+    ToolCall.objects.filter(pk=small.pk).update(
+        execution_status="completed", verification_status="confirmed_success"
+    )  # final and seen at the system: not counted
+    propose_in(run, {**BIG_REFUND, "order_id": "order-001", "amount_cents": 100}, intent="other")
+    ToolCall.objects.filter(pk=pending.pk).update(external_request_id="req-1")
+    call = waiting.tool_call
+    orm = calls_effect_pending(
+        tenant=waiting.tenant,
+        capability_id=call.capability_id,
+        object_ref=f"order:{order}",
+        exclude=call.pk,
+    )
+    expected = [
+        (o.pk, o.args, o.execution_status, o.external_request_id, o.external_id) for o in orm
+    ]
+
+    found = sql.decision_read(tenant_id=waiting.tenant_id, approval_id=waiting.pk)
+
+    assert [row[0] for row in expected] == [pending.pk]
+    assert found.open_calls == expected
+
+
+def test_the_read_finds_no_approval_of_another_tenant(waiting: Approval) -> None:
+    other = Tenant.objects.create(slug="other", name="Other")
+    assert sql.decision_read(tenant_id=other.pk, approval_id=waiting.pk) is None
+    assert sql.decision_read(tenant_id=waiting.tenant_id, approval_id="apr_missing") is None
+
+
+def test_the_lock_loads_what_the_two_orm_locks_loaded(waiting: Approval) -> None:
+    orm = Approval.objects.select_related("run", "tool_call", "policy").get(pk=waiting.pk)
+    orm_call = ToolCall.objects.select_related("run", "tenant").get(pk=waiting.tool_call_id)
+
+    with transaction.atomic(), CaptureQueriesContext(connection) as queries:
+        approval, call = sql.lock_for_decision(tenant_id=waiting.tenant_id, approval_id=waiting.pk)
+        related = (approval.policy.pk, approval.run.pk, call.run.state, call.tenant.slug)
+
+    assert len(queries) == 1
+    assert "FOR UPDATE OF" in queries[0]["sql"] and "FOR NO KEY UPDATE OF" in queries[0]["sql"]
+    assert _values(approval) == _values(orm)
+    assert _values(approval.policy) == _values(orm.policy)
+    assert _values(approval.run) == _values(orm.run)
+    assert _values(call) == _values(orm_call)
+    assert _values(call.run) == _values(orm_call.run)
+    assert _values(call.tenant) == _values(orm_call.tenant)
+    assert approval.tool_call is call  # one object for the locked row
+    assert related == (orm.policy_id, orm.run_id, orm_call.run.state, "acme")
+    assert approval.changed_fields() == ["updated_at"]
+    assert call.changed_fields() == ["updated_at"]
+
+
+def test_the_lock_finds_no_approval_of_another_tenant(waiting: Approval) -> None:
+    other = Tenant.objects.create(slug="other", name="Other")
+    with transaction.atomic():
+        assert sql.lock_for_decision(tenant_id=other.pk, approval_id=waiting.pk) is None
+
+
+def _can_lock(table: str, row_id: str, strength: str) -> bool:
+    """Whether another connection gets `strength` on the row at once."""
+    db = connection.settings_dict
+    with psycopg.connect(
+        host=db["HOST"], port=db["PORT"], user=db["USER"], dbname=db["NAME"], autocommit=True
+    ) as other:
+        try:
+            other.execute(f"SELECT 1 FROM {table} WHERE id = %s FOR {strength} NOWAIT", [row_id])
+        except psycopg.errors.LockNotAvailable:
+            return False
+    return True
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_lock_holds_the_approval_for_update_and_the_call_for_no_key_update(
+    waiting: Approval,
+) -> None:
+    with transaction.atomic():
+        sql.lock_for_decision(tenant_id=waiting.tenant_id, approval_id=waiting.pk)
+        assert not _can_lock("approvals_approval", waiting.pk, "KEY SHARE")
+        assert not _can_lock("toolcalls_toolcall", waiting.tool_call_id, "NO KEY UPDATE")
+        # A row that only refers to the call (an attempt, a dependency) is not held up.
+        assert _can_lock("toolcalls_toolcall", waiting.tool_call_id, "KEY SHARE")
+    assert _can_lock("approvals_approval", waiting.pk, "UPDATE")

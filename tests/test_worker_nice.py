@@ -1,0 +1,37 @@
+"""WORKER_NICE: the bulk worker (Procfile) runs below normal CPU priority, so that on saturated
+cores the web process and the `interactive` worker are scheduled before bulk work (issue 12;
+bench_approve measures the click). Real worker processes; the nice value is read from /proc."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+
+def nice_of_every_thread(pid: int) -> set[int]:
+    """The nice value of each thread of the process (Linux keeps one per thread)."""
+    values = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        stat = (task / "stat").read_text()
+        values.add(int(stat[stat.rindex(")") + 2 :].split()[16]))  # field 19: nice
+    return values
+
+
+def test_a_worker_with_worker_nice_runs_every_thread_and_child_at_it(start_celery) -> None:
+    base = os.nice(0)
+    worker = start_celery("worker", WORKER_NICE="10")
+    pids = [worker.process.pid, *worker.children()]
+    assert len(pids) == 2  # the main process and its pool's process (--concurrency 1)
+    for pid in pids:
+        assert nice_of_every_thread(pid) == {base + 10}
+
+
+def test_a_worker_without_it_runs_at_normal_priority(start_celery) -> None:
+    base = os.nice(0)
+    worker = start_celery("worker", queues="interactive")
+    for pid in [worker.process.pid, *worker.children()]:
+        assert nice_of_every_thread(pid) == {base}

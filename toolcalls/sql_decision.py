@@ -1,0 +1,157 @@
+"""The toolcalls app's hand-written SQL for an approver's decision (the approve POST's read and
+locks). Kept apart from toolcalls/sql.py, whose helpers it uses, so that each stays readable;
+tests/test_toolcalls_sql_decision.py proves the statements answer what the ORM's queries did.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from django.db import connection
+
+from approvals.models import Approval, Policy
+from runs.models import Run, Tenant
+from toolcalls.models import ToolCall
+from toolcalls.sql import (
+    _CALL,
+    _CONVERT,
+    _PENDING,
+    _RUN,
+    _TENANT,
+    _UNCONFIRMED,
+    _call_of,
+    _columns,
+    _converters,
+    _make,
+    lock_call,
+)
+
+# --- an approver's decision -----------------------------------------------------------------
+# The approve POST read the approval with its tenant, run and call before the business check,
+# then locked the approval (with its run, call and policy) and the call (with its run and
+# tenant) with two more queries: compiling the three ORM queries was a third of the POST's CPU
+# (bench_approve --profile). Written out here: the read, and both locks in one statement —
+# the approval's row FOR UPDATE, then the call's FOR NO KEY UPDATE (as tool_call_lock: a row
+# that only refers to the call is not held up), in the order the two queries took them.
+# The run, tenant and policy are read, not locked (as before): a statement that waited for a
+# lock sees their rows as of its start, and the decision uses only what never changes of them
+# (ids, the correlation id; a policy version is never edited); the run is locked afresh to
+# resume it.
+# tests/test_toolcalls_sql_decision.py proves they answer what the ORM's queries answered.
+_APPROVAL = Approval._meta.concrete_fields
+_POLICY = Policy._meta.concrete_fields
+_APPROVAL_CONVERT = _converters(_APPROVAL)
+_POLICY_CONVERT = _converters(_POLICY)
+
+# With the approval, the business check's read (calls_effect_pending): the tenant's other calls
+# of the capability on the call's object whose effect may not show yet, oldest first.
+_DECISION_READ = (
+    f"SELECT {_columns('a', _APPROVAL)}, {_columns('t', _TENANT)}, {_columns('r', _RUN)},"
+    f" {_columns('c', _CALL)},"
+    " (SELECT json_agg(json_build_array(o.id, o.args, o.execution_status,"
+    " o.external_request_id, o.external_id) ORDER BY o.created_at, o.id)"
+    " FROM toolcalls_toolcall o WHERE o.tenant_id = c.tenant_id"
+    " AND o.capability_id = c.capability_id AND o.object_ref = c.object_ref AND o.id <> c.id"
+    f" AND (o.execution_status IN ({_PENDING})"
+    f" OR (o.execution_status = 'completed' AND o.verification_status IN ({_UNCONFIRMED}))))"
+    " FROM approvals_approval a"
+    " JOIN runs_tenant t ON t.id = a.tenant_id JOIN runs_run r ON r.id = a.run_id"
+    " JOIN toolcalls_toolcall c ON c.id = a.tool_call_id WHERE a.tenant_id = %s AND a.id = %s"
+)
+
+_DECISION_LOCK = (
+    f"SELECT {_columns('a', _APPROVAL)}, {_columns('p', _POLICY)}, {_columns('c', _CALL)},"
+    f" {_columns('r', _RUN)}, {_columns('t', _TENANT)} FROM approvals_approval a"
+    " JOIN approvals_policy p ON p.id = a.policy_id"
+    " JOIN toolcalls_toolcall c ON c.id = a.tool_call_id JOIN runs_run r ON r.id = c.run_id"
+    " JOIN runs_tenant t ON t.id = c.tenant_id WHERE a.tenant_id = %s AND a.id = %s"
+    " FOR UPDATE OF a FOR NO KEY UPDATE OF c"
+)
+
+
+def _split(row: tuple, *widths: int) -> list[tuple]:
+    parts, start = [], 0
+    for width in widths:
+        parts.append(row[start : start + width])
+        start += width
+    return parts
+
+
+@dataclass(frozen=True)
+class DecisionRead:
+    approval: Approval  # with its tenant, run and call
+    # The other calls on the call's object whose effect may not show yet, oldest first:
+    # (id, args, execution_status, external_request_id, external_id).
+    open_calls: list[tuple[str, dict, str, str, str]]
+
+
+def decision_read(*, tenant_id: int, approval_id: str) -> DecisionRead | None:
+    """The tenant's approval with its tenant, run and call (as
+    `select_related("tenant", "run", "tool_call")`) and the open calls on its call's object
+    (as `calls_effect_pending(..., exclude=call)`), nothing locked; None when there is none."""
+    if connection.vendor != "postgresql":
+        return _decision_read_orm(tenant_id, approval_id)
+    with connection.cursor() as cursor:
+        cursor.execute(_DECISION_READ, [tenant_id, approval_id])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    a, t, r, c, found = _split(row, len(_APPROVAL), len(_TENANT), len(_RUN), len(_CALL), 1)
+    found = found[0]
+    if isinstance(found, str | bytes):  # json, as Django's psycopg setup leaves it: text
+        found = json.loads(found)
+    approval = _make(Approval, _APPROVAL, _APPROVAL_CONVERT, a)
+    Approval.tenant.field.set_cached_value(approval, _make(Tenant, _TENANT, _CONVERT[2], t))
+    Approval.run.field.set_cached_value(approval, _make(Run, _RUN, _CONVERT[1], r))
+    Approval.tool_call.field.set_cached_value(approval, _make(ToolCall, _CALL, _CONVERT[0], c))
+    return DecisionRead(approval, [tuple(call) for call in found or []])
+
+
+def _decision_read_orm(tenant_id: int, approval_id: str) -> DecisionRead | None:
+    from toolcalls.selectors import calls_effect_pending
+
+    query = Approval.objects.select_related("tenant", "run", "tool_call")
+    approval = query.filter(tenant_id=tenant_id, pk=approval_id).first()
+    if approval is None:
+        return None
+    call = approval.tool_call
+    pending = calls_effect_pending(
+        tenant=approval.tenant,
+        capability_id=call.capability_id,
+        object_ref=call.object_ref,
+        exclude=call.pk,
+    )
+    return DecisionRead(
+        approval,
+        [(o.pk, o.args, o.execution_status, o.external_request_id, o.external_id) for o in pending],
+    )
+
+
+def lock_for_decision(*, tenant_id: int, approval_id: str) -> tuple[Approval, ToolCall] | None:
+    """The tenant's approval and its call, both rows locked, in one statement; None when there
+    is no such approval. The approval's policy, run, tenant and call are loaded with it: its
+    call is the locked call object, and its run and tenant are the call's (the same rows)."""
+    if not connection.features.has_select_for_update:
+        approval = (
+            Approval.objects.select_for_update(of=("self",))
+            .select_related("run", "tool_call", "policy")
+            .filter(tenant_id=tenant_id, pk=approval_id)
+            .first()
+        )
+        return None if approval is None else (approval, lock_call(approval.tool_call_id))
+    with connection.cursor() as cursor:
+        cursor.execute(_DECISION_LOCK, [tenant_id, approval_id])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    a, p, rest = _split(row, len(_APPROVAL), len(_POLICY), len(row))
+    approval = _make(Approval, _APPROVAL, _APPROVAL_CONVERT, a)
+    call = _call_of(rest)
+    Approval.policy.field.set_cached_value(approval, _make(Policy, _POLICY, _POLICY_CONVERT, p))
+    Approval.tool_call.field.set_cached_value(approval, call)
+    if approval.run_id == call.run_id:  # always: an approval is opened in its call's run
+        Approval.run.field.set_cached_value(approval, call.run)
+    if approval.tenant_id == call.tenant_id:
+        Approval.tenant.field.set_cached_value(approval, call.tenant)
+    return approval, call
