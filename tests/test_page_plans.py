@@ -56,7 +56,7 @@ def plan(sql: str, params: tuple, *, off: tuple[str, ...] = SCANS_OFF) -> str:
 
 
 def _first_table(sql: str) -> str:
-    return re.search(r'FROM "(\w+)"', sql).group(1)
+    return re.search(r'FROM "?(\w+)"?', sql).group(1)
 
 
 def plan_of(read: Callable[[], object], table: str, **options: tuple[str, ...]) -> str:
