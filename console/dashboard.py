@@ -51,13 +51,7 @@ def approvals_by_age(*, tenant: Tenant, now: datetime) -> list[Bucket]:
         total, newer = sql.pending_approvals_newer_than(tenant_id=tenant.pk, moments=moments)
     else:
         total, newer = pending_approvals_newer_than_orm(tenant=tenant, moments=moments)
-    buckets, below, lower = [], 0, "0 s"
-    for bound, n in zip(APPROVAL_AGE_BUCKETS, newer, strict=True):
-        upper = duration_text(bound)
-        buckets.append(Bucket(f"{lower} to {upper}", n - below))
-        below, lower = n, upper
-    buckets.append(Bucket(f"over {lower}", total - below))
-    return buckets
+    return dwell_buckets(newer, APPROVAL_AGE_BUCKETS, total)
 
 
 def pending_approvals_newer_than_orm(
