@@ -85,7 +85,7 @@ class ApprovalOut(Schema):
 
 
 class ToolCallOut(Schema):
-    """The result envelope (README, "The result envelope"), then the call's own fields."""
+    """The result envelope (docs/agent-api.md), then the call's own fields."""
 
     tool_call_id: str
     run_id: str

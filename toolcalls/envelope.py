@@ -1,5 +1,5 @@
 """The result envelope: what every API answer about a tool call says, and what its webhooks
-carry (README, "The result envelope").
+carry (docs/agent-api.md, "The result envelope").
 
 Beside the call's own fields it answers an agent's questions in one place: `status` (one word
 to act on, `ToolCall.agent_status`), `result` (the receipt's business fields), what actually

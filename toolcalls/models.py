@@ -49,8 +49,8 @@ class Verification(models.TextChoices):
 
 class AgentStatus(models.TextChoices):
     """What an agent acts on, in one word: the `status` of every tool-call answer and webhook.
-    `ToolCall.agent_status` is the one mapping from the two machines (README, "The result
-    envelope")."""
+    `ToolCall.agent_status` is the one mapping from the two machines (docs/agent-api.md, "The
+    result envelope")."""
 
     AWAITING_APPROVAL = "awaiting_approval"
     RUNNING = "running"

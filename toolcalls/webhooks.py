@@ -1,5 +1,5 @@
 """Webhooks: tell a tenant's receivers that an approval was decided or a call reached a
-terminal status (README, "Webhooks").
+terminal status (docs/agent-api.md, "Webhooks").
 
 A delivery is written, with its outbox message, in the transaction of the change it reports
 (`tool_call_terminal` from toolcalls/writes.py), so a change that commits is reported and one
