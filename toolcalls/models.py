@@ -85,15 +85,9 @@ class ToolCall(FSMModelMixin, SavesChangedFields, models.Model):
     id = models.CharField(
         primary_key=True, max_length=40, default=partial(new_id, "tc"), editable=False
     )
-    # No index of their own: every non-HOT update of a call (each status change) writes an
-    # entry in each index, and the indexes in Meta begin with these columns already
-    # (toolcall_obj, toolcall_figures, toolcall_desk: tenant; (run, execution_status): run).
-    tenant = models.ForeignKey(
-        Tenant, on_delete=models.PROTECT, related_name="tool_calls", db_index=False
-    )
-    run = models.ForeignKey(
-        Run, on_delete=models.PROTECT, related_name="tool_calls", db_index=False
-    )
+    # No index of their own: Meta's begin with them, and a status change writes every index.
+    tenant = models.ForeignKey(Tenant, models.PROTECT, related_name="tool_calls", db_index=False)
+    run = models.ForeignKey(Run, models.PROTECT, related_name="tool_calls", db_index=False)
     capability_id = models.CharField(max_length=100)
     decision = models.ForeignKey(Decision, null=True, blank=True, on_delete=models.PROTECT)
     intent = models.CharField(max_length=200)
@@ -400,10 +394,7 @@ class Attempt(models.Model):
     id = models.CharField(
         primary_key=True, max_length=40, default=partial(new_id, "att"), editable=False
     )
-    # attempt_unique_number (tool_call, number) serves the look-ups by call: no index of its own.
-    tool_call = models.ForeignKey(
-        ToolCall, on_delete=models.PROTECT, related_name="attempts", db_index=False
-    )
+    tool_call = models.ForeignKey(ToolCall, models.PROTECT, related_name="attempts", db_index=False)
     run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="attempts")
     number = models.PositiveIntegerField()
     fencing_token = models.PositiveIntegerField()
