@@ -1,4 +1,5 @@
-"""ANALYZE the benchmark's tables as autovacuum would, when the server's autovacuum is off.
+"""VACUUM and ANALYZE the benchmark's tables as autovacuum would, when the server's autovacuum
+is off.
 
 Without statistics the planner cannot tell a unique index from one that merely begins with the
 same column: on never-analyzed tables it read the proposal's idempotency key through
@@ -7,7 +8,9 @@ tenant's index (every run). A server with autovacuum on analyzes a table once
 `autovacuum_analyze_threshold + autovacuum_analyze_scale_factor * reltuples` rows changed, so
 the plans the benchmark should measure are those of analyzed tables; with autovacuum off (as on
 the shared development server) nothing ever does, and the figures were those of the first
-seconds of a new database. This thread applies autovacuum's rule every `interval` seconds, on
+seconds of a new database. Nor does anything VACUUM: the outbox's partial index of undone rows
+fills with the entries of rows done, which each lease then walks. This thread applies
+autovacuum's rules every `interval` seconds (VACUUM, ANALYZE), on
 a connection of its own whose statements the benchmark takes out of its counts, as it does the
 waiting loop's (their server CPU stays in, as autovacuum's would)."""
 
@@ -17,11 +20,22 @@ import threading
 
 import psycopg
 
-# autovacuum_analyze_threshold, autovacuum_analyze_scale_factor: read from the server.
+
+def _over(counter: str, setting: str) -> str:
+    """autovacuum's test: `counter` past its threshold plus scale factor times the rows."""
+    return (
+        f"{counter} > current_setting('autovacuum_{setting}_threshold')::int"
+        f" + current_setting('autovacuum_{setting}_scale_factor')::float8"
+        " * greatest(c.reltuples, 0)"
+    )
+
+
+# Each table due: its name, and whether a VACUUM is due (dead rows, or rows inserted since the
+# last one) besides the ANALYZE. The settings are the server's.
+_VACUUM = f"{_over('n_dead_tup', 'vacuum')} OR {_over('n_ins_since_vacuum', 'vacuum_insert')}"
 _DUE = (
-    "SELECT s.relname FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid"
-    " WHERE n_mod_since_analyze > current_setting('autovacuum_analyze_threshold')::int"
-    " + current_setting('autovacuum_analyze_scale_factor')::float8 * greatest(c.reltuples, 0)"
+    f"SELECT s.relname, {_VACUUM} FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid"
+    f" WHERE {_VACUUM} OR {_over('n_mod_since_analyze', 'analyze')}"
 )
 
 
@@ -44,9 +58,11 @@ class AutoAnalyze(threading.Thread):
 
     def analyze_due(self) -> None:
         self.statements += 1
-        for (table,) in self.conn.execute(_DUE).fetchall():
+        for table, vacuum in self.conn.execute(_DUE).fetchall():
             self.statements += 1
-            self.conn.execute(f'ANALYZE "{table}"')
+            # VACUUM (ANALYZE) analyzes even when only the vacuum was due: autovacuum would
+            # analyze it soon after, and one statement is enough.
+            self.conn.execute(f'{"VACUUM (ANALYZE)" if vacuum else "ANALYZE"} "{table}"')
             self.analyzed[table] = self.analyzed.get(table, 0) + 1
 
     def stop(self) -> None:
@@ -61,4 +77,4 @@ def describe(analyzed: dict[str, int] | None) -> str:
     if analyzed is None:
         return "the server's autovacuum analyzes the tables"
     done = ", ".join(f"{table} {n}" for table, n in sorted(analyzed.items())) or "none due"
-    return f"autovacuum is off: the benchmark ran its ANALYZE rule every 1 s ({done})"
+    return f"autovacuum is off: the benchmark ran its VACUUM/ANALYZE rules every 1 s ({done})"
