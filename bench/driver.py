@@ -22,6 +22,7 @@ from django.conf import settings
 from django.db import connection
 
 from bench import pgstats
+from bench.analyze import AutoAnalyze
 
 TENANT = "acme"
 # Call i refunds order FIRST_ORDER + i, which the benchmark adds to the sandbox for acme
@@ -74,7 +75,8 @@ class Monitor:
     def __init__(self) -> None:
         db = settings.DATABASES["default"]
         url = f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
-        self.conn = psycopg.connect(pgstats.conninfo(url), autocommit=True)
+        self.conninfo = pgstats.conninfo(url)
+        self.conn = psycopg.connect(self.conninfo, autocommit=True)
         self.statements = 0
 
     def all(self, query: str, params: Any = None) -> list[tuple]:
@@ -140,6 +142,8 @@ def drive(
                 with lock:
                     statements["propose"] += count
 
+        analyzer = AutoAnalyze(monitor.conninfo)
+        analyzer.start()
         started, cpu_started = time.time(), time.process_time()
         deadline = time.monotonic() + timeout
         with ThreadPoolExecutor(threads, thread_name_prefix="propose") as pool:
@@ -167,6 +171,7 @@ def drive(
                 break
             time.sleep(poll_interval)
         waited_done, cpu_used = time.time(), time.process_time() - cpu_started
+        analyzer.stop()
 
         result: dict[str, Any] = {
             "calls": calls,
@@ -184,7 +189,8 @@ def drive(
             "driver_cpu": cpu_used,
         }
         result.update(_timings(monitor, run_ids, started))
-        result["monitor_statements"] = monitor.statements
+        result["monitor_statements"] = monitor.statements + analyzer.statements
+        result["analyzed"] = dict(analyzer.analyzed) if analyzer.off else None
         return result
     finally:
         monitor.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
@@ -144,11 +145,30 @@ def statements_reset(url: str) -> bool:
         return False
 
 
+# The view exists only in a database that created the extension: the benchmark's own
+# (statements_reset), not `postgres`. Its counts are the server's, so filter on the database.
+_THIS_DB = "dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"
+
+
 def statements_count(url: str) -> int:
-    with psycopg.connect(admin_conninfo(url), autocommit=True) as conn:
+    with psycopg.connect(conninfo(url), autocommit=True) as conn:
         row = conn.execute(
-            "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements "
-            "WHERE dbid = (SELECT oid FROM pg_database WHERE datname = %s)",
-            [database_name(url)],
+            f"SELECT coalesce(sum(calls), 0) FROM pg_stat_statements WHERE {_THIS_DB}"
         ).fetchone()
     return int(row[0])
+
+
+def top_statements(url: str, limit: int = 12) -> list[dict[str, Any]]:
+    """The statements that took the most server time in this database: where its CPU goes,
+    and which read many rows (`rows` is what they returned or changed, `blks_hit` the buffer
+    pages they touched)."""
+    query = (
+        "SELECT calls, total_exec_time, rows, shared_blks_hit + shared_blks_read,"
+        " regexp_replace(query, '\\s+', ' ', 'g') FROM pg_stat_statements"
+        f" WHERE {_THIS_DB} AND query NOT ILIKE '%%pg_stat_statements%%'"
+        " ORDER BY total_exec_time DESC LIMIT %s"
+    )
+    with psycopg.connect(conninfo(url), autocommit=True) as conn:
+        rows = conn.execute(query, [limit]).fetchall()
+    keys = ("calls", "ms", "rows", "blks", "query")
+    return [dict(zip(keys, row, strict=True)) for row in rows]

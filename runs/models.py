@@ -312,12 +312,6 @@ class Event(models.Model):
                 condition=models.Q(event_type__in=COUNTED_EVENT_TYPES),
                 name="event_counted",
             ),
-            # When a call entered result_unknown, for the dwell of the unknowns.
-            models.Index(
-                fields=["tool_call_id", "occurred_at"],
-                condition=models.Q(event_type="tool_call.result_unknown"),
-                name="event_entered_unknown",
-            ),
         ]
 
     # The audit page lists run events and admin events together (console/audit.py). Said on

@@ -85,8 +85,9 @@ class ToolCall(FSMModelMixin, SavesChangedFields, models.Model):
     id = models.CharField(
         primary_key=True, max_length=40, default=partial(new_id, "tc"), editable=False
     )
-    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="tool_calls")
-    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="tool_calls")
+    # No index of their own: Meta's begin with them, and a status change writes every index.
+    tenant = models.ForeignKey(Tenant, models.PROTECT, related_name="tool_calls", db_index=False)
+    run = models.ForeignKey(Run, models.PROTECT, related_name="tool_calls", db_index=False)
     capability_id = models.CharField(max_length=100)
     decision = models.ForeignKey(Decision, null=True, blank=True, on_delete=models.PROTECT)
     intent = models.CharField(max_length=200)
@@ -393,7 +394,7 @@ class Attempt(models.Model):
     id = models.CharField(
         primary_key=True, max_length=40, default=partial(new_id, "att"), editable=False
     )
-    tool_call = models.ForeignKey(ToolCall, on_delete=models.PROTECT, related_name="attempts")
+    tool_call = models.ForeignKey(ToolCall, models.PROTECT, related_name="attempts", db_index=False)
     run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="attempts")
     number = models.PositiveIntegerField()
     fencing_token = models.PositiveIntegerField()

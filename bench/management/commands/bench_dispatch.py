@@ -40,7 +40,8 @@ import redis
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from bench import WORKER_STATEMENTS, WORKER_TASKS, pgstats
+from bench import WORKER_STATEMENTS, WORKER_TASKS, pgreport, pgstats
+from bench.analyze import describe as describe_analyze
 from bench.cpu import BackendCpu
 from bench.driver import FIRST_ORDER
 from bench.ownership import Owner, redis_db
@@ -220,6 +221,7 @@ class Bench:
             if not statements_reason and not pgstats.statements_reset(self.bench_url):
                 statements_reason = "pg_stat_statements could not be created in the bench db"
             tables_before = pgstats.table_counters(self.bench_url)
+            indexes_before = pgreport.index_counters(self.bench_url)
             before = pgstats.database_counters(self.bench_url, self.bench_db)
             spec = {
                 "calls": opts["calls"],
@@ -245,6 +247,7 @@ class Bench:
             after = pgstats.database_counters(self.bench_url, self.bench_db)
             statements = None if statements_reason else pgstats.statements_count(self.bench_url)
             tables_after = pgstats.table_counters(self.bench_url)
+            indexes_after = pgreport.index_counters(self.bench_url)
             effects = ledger(sandbox_url)
 
             worker_statements = int(redis.Redis.from_url(self.broker).get(WORKER_STATEMENTS) or 0)
@@ -267,6 +270,8 @@ class Bench:
             if statements is not None:
                 per_call = (statements - result["monitor_statements"]) / opts["calls"]
                 self.say(f"  statements/call (pg_stat_statements): {per_call:.1f}")
+                self.say("\n".join(pgreport.statement_lines(self.bench_url, opts["calls"])))
+            self.say("\n".join(pgreport.index_lines(indexes_before, indexes_after, opts["calls"])))
             ours = result["confirmed"] / result["elapsed"] if result.get("elapsed") else 0.0
 
             if opts["skip_baseline"]:
@@ -378,7 +383,8 @@ class Bench:
         )
         self.say(
             f"  database per call (server, pg_stat_database of {self.bench_db}, waiting loop's "
-            f"{r['monitor_statements']} reads taken out):"
+            f"and ANALYZE's {r['monitor_statements']} statements taken out; "
+            f"{describe_analyze(r.get('analyzed'))}):"
         )
         self.say(
             f"    commits {commits / calls:.2f}, rollbacks {db['xact_rollback'] / calls:.2f}, "
