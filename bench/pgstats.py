@@ -145,7 +145,9 @@ def statements_reset(url: str) -> bool:
 
 
 def statements_count(url: str) -> int:
-    with psycopg.connect(admin_conninfo(url), autocommit=True) as conn:
+    # In the benchmark database: the view exists where `statements_reset` created the
+    # extension (the server-wide `postgres` database may have none).
+    with psycopg.connect(conninfo(url), autocommit=True) as conn:
         row = conn.execute(
             "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements "
             "WHERE dbid = (SELECT oid FROM pg_database WHERE datname = %s)",
