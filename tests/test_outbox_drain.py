@@ -145,27 +145,97 @@ def test_a_dead_drainers_rows_come_back_when_its_lease_ends(handled) -> None:
     assert queued_tasks() == [drain.WAKE_TASK]
 
 
-def test_a_message_committed_during_a_drain_wakes_another_drainer(handled) -> None:
+def test_a_message_committed_during_a_drain_is_that_drains_and_wakes_nobody(handled) -> None:
     enqueue("first")
     assert queued_tasks() == [drain.WAKE_TASK]
     # While the drainer handles "first", a request commits "during": after the drainer's
-    # lease, so that drain does not see it.
+    # lease, so that lease did not see it.
     handled.then = lambda: enqueue("during") if handled.args == ["first"] else None
 
-    drain.outbox_drain()
+    assert drain.outbox_drain() == 2
 
-    # The drainer cleared the flag before its first lease: "during" published a wake-up of
-    # its own instead of counting on the drain that was already under way.
+    # The drainer held the flag while it worked: "during" woke nobody, and the same drain's
+    # next lease took it.
+    assert queued_tasks() == [drain.WAKE_TASK]
+    assert handled.args == ["first", "during"]
+    # The drain released the flag before it ended: a row after it wakes a drainer, as ever.
+    enqueue("after")
     assert queued_tasks() == [drain.WAKE_TASK, drain.WAKE_TASK]
-    # That drain ended after its short lease; "during" is the second wake-up's drainer's.
-    assert handled.args == ["first"]
+    assert drain.outbox_drain() == 1
+
+
+def test_a_row_committed_just_before_the_drainer_releases_the_flag_is_not_stranded(
+    handled, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The narrowest window: the drainer's lease came back empty, and a row commits while the
+    flag is still held (its producer wakes nobody); the drainer leases once more after it
+    released the flag, and that lease takes the row."""
+    enqueue("first")
+    clear = drain._clear_flag
+    arrived: list[str] = []
+
+    def row_then_clear() -> None:
+        if not arrived:
+            arrived.append(enqueue("late").pk)  # finds the flag held: no wake-up
+        clear()
+
+    monkeypatch.setattr(drain, "_clear_flag", row_then_clear)
+
+    assert drain.outbox_drain() == 2
+
+    assert queued_tasks() == [drain.WAKE_TASK]  # "late" woke nobody...
+    assert handled.args == ["first", "late"]  # ...and was handed over all the same
+    assert not OutboxMessage.objects.filter(task=TASK, done_at=None).exists()
+
+
+def test_a_drain_whose_handler_raises_releases_the_flag_and_wakes_a_fresh_drainer(
+    handled,
+) -> None:
+    enqueue("first")
+    flush_broker()
+
+    def fail() -> None:
+        enqueue("during")  # finds the flag held: counts on this drainer
+        raise RuntimeError("the handler broke")
+
+    handled.then = fail
+
+    with pytest.raises(RuntimeError):
+        drain.outbox_drain()
+
+    # "during" is not left to the sweeper: the failing drain woke a fresh drainer for it.
+    assert queued_tasks() == [drain.WAKE_TASK]
+    handled.then = lambda: None
     assert drain.outbox_drain() == 1
     assert handled.args == ["first", "during"]
 
-    # And a row after that drain wakes a third.
-    enqueue("after")
-    assert queued_tasks() == [drain.WAKE_TASK] * 3
-    assert drain.outbox_drain() == 1
+
+def test_a_full_lease_wakes_a_peer_though_the_drainer_holds_the_flag(handled) -> None:
+    for n in range(5):
+        enqueue(f"m{n}")
+    flush_broker()
+
+    assert drain.outbox_drain(limit=3) == 5
+
+    assert queued_tasks() == [drain.WAKE_TASK]  # the full lease's peer
+    assert [len(batch) for batch in handled.batches] == [3, 2]
+
+
+@override_settings(OUTBOX_DRAIN_FILL_MS=40, OUTBOX_DRAIN_FILL_TARGET=10)
+def test_the_fill_wait_follows_the_arrival_rate_and_is_capped(
+    handled, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    waited: list[float] = []
+    monkeypatch.setattr(drain, "_wait", waited.append)
+    rows = [("id", TASK, [], None)] * 4
+
+    drain._fill(rows, 20, 0.012)  # 4 rows in 12 ms: 6 more take 18 ms
+    drain._fill(rows, 20, 0.5)  # 4 rows in 500 ms: 6 more would take 750 ms
+    drain._fill(rows, 20, None)  # the first lease of a drain: no rate yet
+    drain._fill(rows[:1], 20, 0.001)  # a lone row
+    drain._fill(rows * 3, 20, 0.001)  # the target is reached
+
+    assert waited == pytest.approx([0.018, 0.04, 0.04])
 
 
 def test_a_burst_arriving_during_a_short_lease_fills_the_batch_without_waking_another(
