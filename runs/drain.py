@@ -33,7 +33,7 @@ from typing import Any
 
 import redis
 from django.conf import settings
-from django.db import connection
+from django.db import connection, transaction
 from django.utils import timezone
 
 from config import telemetry
@@ -119,6 +119,16 @@ def wake_if_due() -> bool:
     return due and wake()
 
 
+# The lease reads the partial index with a plain index scan, not the bitmap scan (or, on a
+# small table, the sequential scan) the planner picks for the few rows it expects: the index
+# keeps an entry for every row done since the last vacuum, and only an index scan marks those
+# dead as it passes them, so the next lease skips them. With the bitmap scan each lease
+# visited them all again (~290 buffers per lease, ~900 rows fetched per call: bench_dispatch).
+PLAIN_INDEX_SCAN = (
+    "SELECT set_config('enable_bitmapscan', 'off', true), set_config('enable_seqscan', 'off', true)"
+)
+
+
 def lease(limit: int, tasks: list[str] | None = None) -> list[Leased]:
     """Take up to `limit` due, undone rows of the batched tasks in one statement: (id, task,
     args, traceparent) each. Their `available_at` moves forward by OUTBOX_DRAIN_LEASE_SECONDS,
@@ -145,7 +155,11 @@ def lease(limit: int, tasks: list[str] | None = None) -> list[Leased]:
         " RETURNING id, task, args, traceparent"
     )
     adapt = connection.ops.adapt_datetimefield_value
-    with connection.cursor() as cursor:
+    # Not inside a caller's transaction: SET LOCAL would outlive this statement there.
+    plain_scan = connection.vendor == "postgresql" and not connection.in_atomic_block
+    with transaction.atomic(), connection.cursor() as cursor:
+        if plain_scan:
+            cursor.execute(PLAIN_INDEX_SCAN)
         cursor.execute(sql, [adapt(until), adapt(now), *tasks, limit])
         rows = cursor.fetchall()
     # Django reads JSON columns as text and decodes them itself; so does this.

@@ -17,6 +17,7 @@ import redis
 from django.conf import settings
 from django.db import connection, transaction
 from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
 
 from runs import drain, outbox
 from runs.models import OutboxMessage
@@ -327,3 +328,32 @@ print(json.dumps({"coalesces": drain.coalesces("tests.drained", 0),
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert (result["coalesces"], result["handled"]) == (False, 5)
     assert sorted(result["seen"]) == ["m0", "m1", "m2", "m3", "m4"]
+
+
+def test_the_lease_reads_the_pending_index_with_a_plain_index_scan(handled) -> None:
+    """Only an index scan marks the partial index's entries of done rows dead as it passes
+    them; the bitmap scan the planner prefers visited them all again on every lease."""
+    with transaction.atomic():
+        for n in range(50):
+            outbox.mark_done(outbox.enqueue(TASK, f"m{n}", publish_now=False).pk)
+    enqueue("due")
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE runs_outboxmessage")
+
+    with CaptureQueriesContext(connection) as queries:
+        assert [args for _, _, args, _ in drain.lease(5, tasks=[TASK])] == [["due"]]
+
+    begin, setting, statement, commit = [query["sql"] for query in queries.captured_queries]
+    assert (begin, commit) == ("BEGIN", "COMMIT")  # the setting ends with the lease
+    assert setting == drain.PLAIN_INDEX_SCAN
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(setting)
+        cursor.execute(f"EXPLAIN {statement}")
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "Index Scan using outbox_pending_idx" in plan, plan
+    assert "Bitmap" not in plan, plan
+    assert "Seq Scan" not in plan, plan
+    # Inside a caller's transaction the setting would outlive the lease: it is left out.
+    with transaction.atomic(), CaptureQueriesContext(connection) as queries:
+        drain.lease(5, tasks=[TASK])
+    assert drain.PLAIN_INDEX_SCAN not in [query["sql"] for query in queries.captured_queries]
