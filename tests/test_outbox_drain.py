@@ -231,12 +231,14 @@ def test_the_fill_wait_follows_the_arrival_rate_and_is_capped(
     rows = [("id", TASK, [], None)] * 4
 
     drain._fill(rows, 20, 0.012)  # 4 rows in 12 ms: 6 more take 18 ms
-    drain._fill(rows, 20, 0.5)  # 4 rows in 500 ms: 6 more would take 750 ms
-    drain._fill(rows, 20, None)  # the first lease of a drain: no rate yet
-    drain._fill(rows[:1], 20, 0.001)  # a lone row
+    drain._fill(rows, 20, 0.02)  # 4 rows in 20 ms: 6 more would take 30 ms
+    drain._fill(rows[:1], 20, 0.004)  # a row every 4 ms: 9 more would take 36 ms
+    drain._fill(rows, 20, 0.5)  # 4 rows in 500 ms: not one more is likely in 40 ms
+    drain._fill(rows, 20, None)  # a burst woke the drain: no rate yet, the whole wait
+    drain._fill(rows[:1], 20, None)  # a lone row on a drain's first lease
     drain._fill(rows * 3, 20, 0.001)  # the target is reached
 
-    assert waited == pytest.approx([0.018, 0.04, 0.04])
+    assert waited == pytest.approx([0.018, 0.03, 0.036, 0.04])
 
 
 def test_a_burst_arriving_during_a_short_lease_fills_the_batch_without_waking_another(
