@@ -17,6 +17,7 @@ import redis
 from django.conf import settings
 from django.db import connection, transaction
 from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
 
 from runs import drain, outbox
 from runs.models import OutboxMessage
@@ -145,27 +146,99 @@ def test_a_dead_drainers_rows_come_back_when_its_lease_ends(handled) -> None:
     assert queued_tasks() == [drain.WAKE_TASK]
 
 
-def test_a_message_committed_during_a_drain_wakes_another_drainer(handled) -> None:
+def test_a_message_committed_during_a_drain_is_that_drains_and_wakes_nobody(handled) -> None:
     enqueue("first")
     assert queued_tasks() == [drain.WAKE_TASK]
     # While the drainer handles "first", a request commits "during": after the drainer's
-    # lease, so that drain does not see it.
+    # lease, so that lease did not see it.
     handled.then = lambda: enqueue("during") if handled.args == ["first"] else None
 
-    drain.outbox_drain()
+    assert drain.outbox_drain() == 2
 
-    # The drainer cleared the flag before its first lease: "during" published a wake-up of
-    # its own instead of counting on the drain that was already under way.
+    # The drainer held the flag while it worked: "during" woke nobody, and the same drain's
+    # next lease took it.
+    assert queued_tasks() == [drain.WAKE_TASK]
+    assert handled.args == ["first", "during"]
+    # The drain released the flag before it ended: a row after it wakes a drainer, as ever.
+    enqueue("after")
     assert queued_tasks() == [drain.WAKE_TASK, drain.WAKE_TASK]
-    # That drain ended after its short lease; "during" is the second wake-up's drainer's.
-    assert handled.args == ["first"]
+    assert drain.outbox_drain() == 1
+
+
+def test_a_row_committed_just_before_the_drainer_releases_the_flag_is_not_stranded(
+    handled, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The narrowest window: the drainer's lease came back empty, and a row commits while the
+    flag is still held (its producer wakes nobody); the drainer leases once more after it
+    released the flag, and that lease takes the row."""
+    enqueue("first")
+    clear = drain._clear_flag
+    arrived: list[str] = []
+
+    def row_then_clear() -> None:
+        if not arrived:
+            arrived.append(enqueue("late").pk)  # finds the flag held: no wake-up
+        clear()
+
+    monkeypatch.setattr(drain, "_clear_flag", row_then_clear)
+
+    assert drain.outbox_drain() == 2
+
+    assert queued_tasks() == [drain.WAKE_TASK]  # "late" woke nobody...
+    assert handled.args == ["first", "late"]  # ...and was handed over all the same
+    assert not OutboxMessage.objects.filter(task=TASK, done_at=None).exists()
+
+
+def test_a_drain_whose_handler_raises_releases_the_flag_and_wakes_a_fresh_drainer(
+    handled,
+) -> None:
+    enqueue("first")
+    flush_broker()
+
+    def fail() -> None:
+        enqueue("during")  # finds the flag held: counts on this drainer
+        raise RuntimeError("the handler broke")
+
+    handled.then = fail
+
+    with pytest.raises(RuntimeError):
+        drain.outbox_drain()
+
+    # "during" is not left to the sweeper: the failing drain woke a fresh drainer for it.
+    assert queued_tasks() == [drain.WAKE_TASK]
+    handled.then = lambda: None
     assert drain.outbox_drain() == 1
     assert handled.args == ["first", "during"]
 
-    # And a row after that drain wakes a third.
-    enqueue("after")
-    assert queued_tasks() == [drain.WAKE_TASK] * 3
-    assert drain.outbox_drain() == 1
+
+def test_a_full_lease_wakes_a_peer_though_the_drainer_holds_the_flag(handled) -> None:
+    for n in range(5):
+        enqueue(f"m{n}")
+    flush_broker()
+
+    assert drain.outbox_drain(limit=3) == 5
+
+    assert queued_tasks() == [drain.WAKE_TASK]  # the full lease's peer
+    assert [len(batch) for batch in handled.batches] == [3, 2]
+
+
+@override_settings(OUTBOX_DRAIN_FILL_MS=40, OUTBOX_DRAIN_FILL_TARGET=10)
+def test_the_fill_wait_follows_the_arrival_rate_and_is_capped(
+    handled, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    waited: list[float] = []
+    monkeypatch.setattr(drain, "_wait", waited.append)
+    rows = [("id", TASK, [], None)] * 4
+
+    drain._fill(rows, 20, 0.012)  # 4 rows in 12 ms: 6 more take 18 ms
+    drain._fill(rows, 20, 0.02)  # 4 rows in 20 ms: 6 more would take 30 ms
+    drain._fill(rows[:1], 20, 0.004)  # a row every 4 ms: 9 more would take 36 ms
+    drain._fill(rows, 20, 0.5)  # 4 rows in 500 ms: not one more is likely in 40 ms
+    drain._fill(rows, 20, None)  # a burst woke the drain: no rate yet, the whole wait
+    drain._fill(rows[:1], 20, None)  # a lone row on a drain's first lease
+    drain._fill(rows * 3, 20, 0.001)  # the target is reached
+
+    assert waited == pytest.approx([0.018, 0.03, 0.036, 0.04])
 
 
 def test_a_burst_arriving_during_a_short_lease_fills_the_batch_without_waking_another(
@@ -257,3 +330,32 @@ print(json.dumps({"coalesces": drain.coalesces("tests.drained", 0),
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert (result["coalesces"], result["handled"]) == (False, 5)
     assert sorted(result["seen"]) == ["m0", "m1", "m2", "m3", "m4"]
+
+
+def test_the_lease_reads_the_pending_index_with_a_plain_index_scan(handled) -> None:
+    """Only an index scan marks the partial index's entries of done rows dead as it passes
+    them; the bitmap scan the planner prefers visited them all again on every lease."""
+    with transaction.atomic():
+        for n in range(50):
+            outbox.mark_done(outbox.enqueue(TASK, f"m{n}", publish_now=False).pk)
+    enqueue("due")
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE runs_outboxmessage")
+
+    with CaptureQueriesContext(connection) as queries:
+        assert [args for _, _, args, _ in drain.lease(5, tasks=[TASK])] == [["due"]]
+
+    begin, setting, statement, commit = [query["sql"] for query in queries.captured_queries]
+    assert (begin, commit) == ("BEGIN", "COMMIT")  # the setting ends with the lease
+    assert setting == drain.PLAIN_INDEX_SCAN
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(setting)
+        cursor.execute(f"EXPLAIN {statement}")
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "Index Scan using outbox_pending_idx" in plan, plan
+    assert "Bitmap" not in plan, plan
+    assert "Seq Scan" not in plan, plan
+    # Inside a caller's transaction the setting would outlive the lease: it is left out.
+    with transaction.atomic(), CaptureQueriesContext(connection) as queries:
+        drain.lease(5, tasks=[TASK])
+    assert drain.PLAIN_INDEX_SCAN not in [query["sql"] for query in queries.captured_queries]

@@ -357,9 +357,12 @@ OUTBOX_DRAIN_BATCH = int(os.environ.get("OUTBOX_DRAIN_BATCH", "20"))
 OUTBOX_DRAIN_LEASE_SECONDS = float(os.environ.get("OUTBOX_DRAIN_LEASE_SECONDS", "30"))
 OUTBOX_DRAIN_MAX_SECONDS = float(os.environ.get("OUTBOX_DRAIN_MAX_SECONDS", "2"))
 OUTBOX_WAKE_TTL_SECONDS = int(os.environ.get("OUTBOX_WAKE_TTL_SECONDS", "5"))
-# How long a drainer whose lease came back short but with more than one row (a burst is
-# arriving) waits for more before handing the batch over; 0: never. A lone row never waits.
-OUTBOX_DRAIN_FILL_MS = float(os.environ.get("OUTBOX_DRAIN_FILL_MS", "20"))
+# A drainer whose lease came back short but with more than one row (a burst, or a steady
+# arrival) waits for more, at the rate they came, until the batch would hold
+# OUTBOX_DRAIN_FILL_TARGET rows but never longer than OUTBOX_DRAIN_FILL_MS (0: never waits).
+# A lone row never waits.
+OUTBOX_DRAIN_FILL_MS = float(os.environ.get("OUTBOX_DRAIN_FILL_MS", "40"))
+OUTBOX_DRAIN_FILL_TARGET = int(os.environ.get("OUTBOX_DRAIN_FILL_TARGET", "16"))
 # How often beat sweeps: expired leases, outbox messages nobody took.
 SWEEP_INTERVAL_SECONDS = float(os.environ.get("SWEEP_INTERVAL_SECONDS", "10"))
 # Webhooks (toolcalls/webhooks.py): how long a receiver may take to answer, how many attempts

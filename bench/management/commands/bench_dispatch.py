@@ -40,7 +40,7 @@ import redis
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from bench import WORKER_STATEMENTS, WORKER_TASKS, pgreport, pgstats
+from bench import WORKER_DRAINED, WORKER_STATEMENTS, WORKER_TASKS, drained_line, pgreport, pgstats
 from bench.analyze import describe as describe_analyze
 from bench.cpu import BackendCpu
 from bench.driver import FIRST_ORDER
@@ -266,6 +266,7 @@ class Bench:
                 + ", ".join(f"{name} {n:.3f}" for name, n in runs.items())
                 + ")"
             )
+            self.say(drained_line(redis.Redis.from_url(self.broker).hgetall(WORKER_DRAINED)))
             self.say(f"  pg_stat_statements: {statements_reason or 'used'}")
             if statements is not None:
                 per_call = (statements - result["monitor_statements"]) / opts["calls"]
