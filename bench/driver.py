@@ -94,6 +94,7 @@ def drive(
     threads: int,
     tag: str,
     timeout: float,
+    rate: float = 0,
     poll_interval: float = 0.5,
 ) -> dict[str, Any]:
     from runs.models import Tenant
@@ -120,6 +121,8 @@ def drive(
                     for i in range(offset, calls, threads):
                         if time.monotonic() > deadline:
                             break  # out of time: report what was proposed
+                        if rate:  # call i is due i / rate seconds after the start
+                            time.sleep(max(0.0, paced_from + i / rate - time.monotonic()))
                         try:
                             tool_call_propose(
                                 tenant=tenant,
@@ -146,6 +149,7 @@ def drive(
         analyzer.start()
         started, cpu_started = time.time(), time.process_time()
         deadline = time.monotonic() + timeout
+        paced_from = time.monotonic()
         with ThreadPoolExecutor(threads, thread_name_prefix="propose") as pool:
             futures = [pool.submit(propose_slice, offset) for offset in range(threads)]
             for future in futures:

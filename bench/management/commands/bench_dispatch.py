@@ -86,6 +86,13 @@ class Command(BaseCommand):
         )
         parser.add_argument("--calls-per-run", type=int, default=20)
         parser.add_argument("--propose-threads", type=int, default=4)
+        parser.add_argument(
+            "--rate",
+            type=float,
+            default=0,
+            help="proposals per second, paced (0: as fast as the threads go); below the "
+            "machine's saturation the latencies are the pipeline's, not a queue's",
+        )
         parser.add_argument("--timeout", type=float, default=900, help="seconds for everything")
         parser.add_argument("--skip-baseline", action="store_true")
         parser.add_argument("--baseline-threads", type=int, default=8)
@@ -129,6 +136,7 @@ class Command(BaseCommand):
                 calls=spec["calls"],
                 run_ids=spec["run_ids"],
                 threads=spec["propose_threads"],
+                rate=spec.get("rate", 0),
                 tag=spec["tag"],
                 timeout=spec["timeout"],
             )
@@ -227,6 +235,7 @@ class Bench:
                 "calls": opts["calls"],
                 "run_ids": setup["run_ids"],
                 "propose_threads": opts["propose_threads"],
+                "rate": opts["rate"],
                 "tag": uuid.uuid4().hex[:8],
                 "timeout": max(10.0, self.remaining("before proposing") - 30),
             }
@@ -344,11 +353,13 @@ class Bench:
         invariant = len(effects) == calls and len(request_ids) == calls
         complete = r["confirmed"] == calls and not r["timed_out"]
 
+        paced = f" paced at {opts['rate']:g} calls/s" if opts["rate"] else ""
         self.say("")
         self.say("== bench_dispatch ==========================================================")
         self.say(
             f"  setup: {calls} calls over {-(-calls // opts['calls_per_run'])} runs "
-            f"({opts['calls_per_run']}/run), {opts['propose_threads']} proposing threads; "
+            f"({opts['calls_per_run']}/run), {opts['propose_threads']} proposing threads"
+            f"{paced}; "
             f"{opts['workers']} workers x --pool {opts['pool']} --concurrency "
             f"{opts['concurrency']} (-A {opts['celery_app']}); no beat"
         )
