@@ -134,11 +134,9 @@ def approval_open(
 
 def approval_consume(*, approval: Approval, args_digest: str, actor: str) -> str:
     """Use an approved approval for the dispatch it authorizes: once. The caller holds the
-    tool call's lock; the approval is locked here. Returns "consumed", "expired" or "changed"
-    (the arguments are not the ones approved, or it is no longer approved)."""
-    approval = (
-        Approval.objects.select_for_update().select_related("run", "tool_call").get(pk=approval.pk)
-    )
+    tool call's lock and the approval's, and read the approval under it (toolcalls:
+    lock_latest_approval, one statement). Returns "consumed", "expired" or "changed" (the
+    arguments are not the ones approved, or it is no longer approved)."""
     if approval.state != Approval.State.APPROVED or approval.args_digest != args_digest:
         return "changed"
     if approval.expires_at <= timezone.now():
