@@ -19,9 +19,11 @@ from runs.models import Run, Tenant, User
 from tests.helpers import BIG_REFUND, propose_in
 from tests.sandbox_process import Sandbox
 from toolcalls import dispatch, gate
+from toolcalls import sql as toolcalls_sql
 from toolcalls import sql_decision as sql
 from toolcalls.models import ToolCall
 from toolcalls.selectors import calls_effect_pending
+from toolcalls.webhook_models import Webhook
 
 pytestmark = pytest.mark.django_db
 
@@ -219,3 +221,50 @@ def test_the_claim_of_an_approved_call_costs_its_fixed_queries(approved: Approva
     approved.refresh_from_db()
     assert approved.state == "consumed"
     assert ToolCall.objects.get(pk=approved.tool_call_id).execution_status == "dispatching"
+
+
+# --- the decision's two questions -----------------------------------------------------------
+
+
+def _orm_wants(tenant: Tenant) -> bool:
+    hooks = Webhook.objects.filter(tenant=tenant, active=True).exclude(kind=Webhook.Kind.SLACK)
+    return any("approval.decided" in hook.event_types for hook in hooks)
+
+
+def _wants(tenant: Tenant) -> bool:
+    with CaptureQueriesContext(connection) as queries:
+        answer = toolcalls_sql.receivers_want(
+            tenant_id=tenant.pk, event_type="approval.decided", except_kind=Webhook.Kind.SLACK
+        )
+    assert len(queries) == 1
+    return answer
+
+
+def test_whether_a_receiver_wants_the_decision_answers_as_the_orm(
+    tenant: Tenant, other_tenant: Tenant
+) -> None:
+    """Not a chat channel, an inactive hook, another tenant's, nor one of other events."""
+    url = "https://hooks.example"
+    Webhook.objects.create(tenant=other_tenant, url=url, event_types=["approval.decided"])
+    Webhook.objects.create(tenant=tenant, url=url, event_types=["tool_call.terminal"])
+    Webhook.objects.create(
+        tenant=tenant, url=url, kind=Webhook.Kind.SLACK, event_types=["approval.decided"]
+    )
+    off = Webhook.objects.create(
+        tenant=tenant, url=url, active=False, event_types=["approval.decided"]
+    )
+    assert _wants(tenant) is _orm_wants(tenant) is False
+    Webhook.objects.filter(pk=off.pk).update(active=True)
+    assert _wants(tenant) is _orm_wants(tenant) is True
+    assert _wants(other_tenant) is True
+
+
+def test_whether_an_approval_of_the_run_is_pending_answers_as_the_orm(
+    run: Run, waiting: Approval
+) -> None:
+    def orm() -> bool:
+        return Approval.objects.filter(run=run, state=Approval.State.PENDING).exists()
+
+    assert toolcalls_sql.approval_pending_in_run(run.pk) is orm() is True
+    Approval.objects.filter(pk=waiting.pk).update(state="approved")
+    assert toolcalls_sql.approval_pending_in_run(run.pk) is orm() is False
