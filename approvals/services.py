@@ -16,7 +16,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from approvals import latency
+from approvals import latency, sql
 from approvals.errors import (
     ALREADY_APPROVED_BY_YOU,
     ALREADY_DECIDED,
@@ -200,7 +200,7 @@ def approval_record_decision(
     `approval_approve_if_quorum`'s save) stores it, in one UPDATE instead of two."""
     # One read of the decisions so far answers both "did you decide already?" and the count
     # of approvers, instead of a query for each (the approve POST is on the approver's clock).
-    earlier = list(approval.decisions.values_list("user_id", "decision"))
+    earlier = sql.decisions_so_far(approval.pk)
     if any(user_id == user.pk for user_id, _ in earlier):
         raise DomainError(
             ALREADY_APPROVED_BY_YOU,
