@@ -272,7 +272,8 @@ def _percentiles(values: list[float | None]) -> dict[str, float]:
 class QueryCount:
     """Counts the statements a block runs. Not CaptureQueriesContext: its debug cursor renders
     every statement's SQL with its parameters (`last_executed_query`), which was a sixth of
-    the measured POST's CPU (--profile) and is no part of a real request."""
+    the measured POST's CPU (--profile) and is no part of a real request. Unlike it, this
+    does not count the transaction's BEGIN and COMMIT (not statements run by a cursor)."""
 
     def __init__(self) -> None:
         self.count = 0

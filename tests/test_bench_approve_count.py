@@ -1,6 +1,7 @@
 """bench_approve counts the approve POST's statements without Django's debug cursor (which
 renders each one's SQL, CPU a real request never spends): the same count as
-CaptureQueriesContext's."""
+CaptureQueriesContext's inside a transaction (a test's: savepoints, counted by both; in the
+benchmark's autocommit, CaptureQueriesContext also counts the decision's BEGIN and COMMIT)."""
 
 from __future__ import annotations
 
