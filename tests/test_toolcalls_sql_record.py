@@ -167,3 +167,19 @@ def test_a_message_is_written_as_the_orm_created_it(run: Run) -> None:
     stored = OutboxMessage.objects.get(pk=written.pk)
     assert _values(stored, *leave_out) == _values(OutboxMessage.objects.get(pk=orm.pk), *leave_out)
     assert stored.available_at - stored.created_at >= timedelta(seconds=29)
+
+
+def test_a_claims_attempt_is_written_as_the_orms_bulk_create_wrote_it(
+    run: Run, sandbox: Sandbox
+) -> None:
+    """A claim's attempts go in with runs/sql.py's INSERT (each claim writes one): the row
+    `Attempt.objects.bulk_create` wrote."""
+    [written] = _attempts(run, 1)
+    fields = {f.attname: getattr(written, f.attname) for f in Attempt._meta.concrete_fields}
+    with transaction.atomic():
+        [orm] = Attempt.objects.bulk_create([Attempt(**{**fields, "id": None, "number": 99})])
+    leave_out = ("id", "number")
+    assert _values(Attempt.objects.get(pk=written.pk), *leave_out) == _values(
+        Attempt.objects.get(pk=orm.pk), *leave_out
+    )
+    assert written.classification == "in_flight" and written.started_at is not None
