@@ -16,7 +16,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from approvals import latency
+from approvals import latency, sql
 from approvals.errors import (
     ALREADY_APPROVED_BY_YOU,
     ALREADY_DECIDED,
@@ -134,11 +134,9 @@ def approval_open(
 
 def approval_consume(*, approval: Approval, args_digest: str, actor: str) -> str:
     """Use an approved approval for the dispatch it authorizes: once. The caller holds the
-    tool call's lock; the approval is locked here. Returns "consumed", "expired" or "changed"
-    (the arguments are not the ones approved, or it is no longer approved)."""
-    approval = (
-        Approval.objects.select_for_update().select_related("run", "tool_call").get(pk=approval.pk)
-    )
+    tool call's lock and the approval's, and read the approval under it (toolcalls:
+    lock_latest_approval, one statement). Returns "consumed", "expired" or "changed" (the
+    arguments are not the ones approved, or it is no longer approved)."""
     if approval.state != Approval.State.APPROVED or approval.args_digest != args_digest:
         return "changed"
     if approval.expires_at <= timezone.now():
@@ -202,7 +200,7 @@ def approval_record_decision(
     `approval_approve_if_quorum`'s save) stores it, in one UPDATE instead of two."""
     # One read of the decisions so far answers both "did you decide already?" and the count
     # of approvers, instead of a query for each (the approve POST is on the approver's clock).
-    earlier = list(approval.decisions.values_list("user_id", "decision"))
+    earlier = sql.decisions_so_far(approval.pk)
     if any(user_id == user.pk for user_id, _ in earlier):
         raise DomainError(
             ALREADY_APPROVED_BY_YOU,

@@ -28,3 +28,19 @@ def pending_count(tenant_id: int) -> int:
     with connection.cursor() as cursor:
         cursor.execute(_PENDING, [tenant_id])
         return cursor.fetchone()[0]
+
+
+# The decisions so far on one approval, in each decision's transaction (the approval locked):
+# the ORM's compilation of `approval.decisions.values_list(...)` was most of its cost
+# (bench_approve --profile). tests/test_approvals_sql_decisions.py proves the same answer.
+_DECISIONS = (
+    "SELECT user_id, decision FROM approvals_approvaldecision WHERE approval_id = %s"
+    " ORDER BY created_at, id"
+)
+
+
+def decisions_so_far(approval_id: str) -> list[tuple[int, str]]:
+    """(user id, decision) of each decision recorded on the approval, oldest first."""
+    with connection.cursor() as cursor:
+        cursor.execute(_DECISIONS, [approval_id])
+        return [tuple(row) for row in cursor.fetchall()]

@@ -15,6 +15,7 @@ from runs.actors import ActorPerson
 
 # Registered with this app; kept in their own module (written by runs/admin_events.py).
 from runs.admin_event_models import AdminEvent  # noqa: F401
+from runs.changes import SavesChangedFields
 from runs.ids import new_id
 
 
@@ -96,7 +97,7 @@ class ApiKey(models.Model):
         return key_scopes.covers(self.scopes, capability_id=capability_id, permission=permission)
 
 
-class Run(FSMModelMixin, models.Model):
+class Run(FSMModelMixin, SavesChangedFields, models.Model):
     """One agent task. Its state changes only through transitions that services log as events."""
 
     class State(models.TextChoices):

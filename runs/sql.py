@@ -200,6 +200,7 @@ def timeline_window(run_id: str, size: int, before: int | None) -> list[tuple]:
     payload = Event._meta.get_field("payload")
     return [(*row[:-1], payload.from_db_value(row[-1], None, connection)) for row in rows]
 
+
 # --- rows of other models written in one statement ------------------------------------------
 
 
@@ -245,3 +246,29 @@ def update_fields(obj: Any, names: list[str]) -> None:
             # As Model.save(update_fields=…) says it: the row is gone (never for a locked one).
             raise DatabaseError("Save with update_fields did not affect any rows.")
     obj._remember(fields)
+
+
+# The signed-in person with their tenant, on every console request (runs/backends.py): the
+# ORM's select_related of the two wide rows was a tenth of the approve POST's CPU
+# (bench_approve --profile). tests/test_runs_sql_person.py proves the objects equal the ORM's.
+_PERSON = (
+    f"SELECT {_columns(User, 'u')}, {_columns(Tenant, 't')} FROM {User._meta.db_table} u"
+    f" LEFT JOIN {Tenant._meta.db_table} t ON t.id = u.tenant_id WHERE u.id = %s"
+)
+
+
+def person_read(user_id: Any) -> User | None:
+    """The person with their tenant loaded (none for a person without one), as
+    `User.objects.select_related("tenant")` gives them; None when there is none."""
+    if connection.vendor != "postgresql":
+        return User.objects.select_related("tenant").filter(pk=user_id).first()
+    with connection.cursor() as cursor:
+        cursor.execute(_PERSON, [User._meta.pk.to_python(user_id)])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    first = len(User._meta.concrete_fields)
+    person = _make(User, row[:first])
+    tenant = None if person.tenant_id is None else _make(Tenant, row[first:])
+    User.tenant.field.set_cached_value(person, tenant)
+    return person

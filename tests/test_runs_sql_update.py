@@ -12,8 +12,10 @@ from django.test.utils import CaptureQueriesContext
 
 from runs import sql
 from runs.models import Run
+from runs.services import run_transition
 from tests.helpers import REFUND, propose_in
 from tests.sandbox_process import Sandbox
+from toolcalls import lifecycle
 from toolcalls.models import ToolCall
 
 pytestmark = pytest.mark.django_db
@@ -66,3 +68,21 @@ def test_a_row_that_is_gone_raises_as_the_orm_does(run: Run, sandbox: Sandbox) -
     call.pk = "tc_gone"
     with pytest.raises(DatabaseError, match="did not affect any rows"), transaction.atomic():
         sql.update_fields(call, ["external_id"])
+
+
+def test_a_runs_transition_writes_only_what_changed(run: Run) -> None:
+    """A run is saved by each wait, resume and end (every approval's decision resumes one): its
+    changed columns, not all fifteen through the ORM's save. The row is the one a whole save
+    leaves."""
+    run.metadata = {"k": "v"}
+    run.save()
+    with transaction.atomic():
+        locked = lifecycle.run_lock(run.pk)
+        with CaptureQueriesContext(connection) as queries:
+            run_transition(locked, "wait", actor="test", producer="test", reason="r")
+    updates = [q["sql"] for q in queries if q["sql"].startswith('UPDATE "runs_run"')]
+    assert len(updates) == 1
+    assert updates[0].split(" WHERE ")[0].count(" = ") == 2  # state and updated_at
+    stored = Run.objects.get(pk=run.pk)
+    assert stored.state == "waiting" and stored.updated_at == locked.updated_at
+    assert _values(stored, "state", "updated_at") == _values(run, "state", "updated_at")

@@ -5,6 +5,7 @@ ORM locks did (issue 12: the approve POST's CPU)."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -13,12 +14,16 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from approvals.models import Approval
-from runs.models import Run, Tenant
+from approvals.policies import current_policy
+from runs.models import Run, Tenant, User
 from tests.helpers import BIG_REFUND, propose_in
 from tests.sandbox_process import Sandbox
+from toolcalls import dispatch, gate
+from toolcalls import sql as toolcalls_sql
 from toolcalls import sql_decision as sql
 from toolcalls.models import ToolCall
 from toolcalls.selectors import calls_effect_pending
+from toolcalls.webhook_models import Webhook
 
 pytestmark = pytest.mark.django_db
 
@@ -139,3 +144,127 @@ def test_the_lock_holds_the_approval_for_update_and_the_call_for_no_key_update(
         # A row that only refers to the call (an attempt, a dependency) is not held up.
         assert _can_lock("toolcalls_toolcall", waiting.tool_call_id, "KEY SHARE")
     assert _can_lock("approvals_approval", waiting.pk, "UPDATE")
+
+
+# --- the claim of an approved call ----------------------------------------------------------
+
+
+@pytest.fixture
+def approved(waiting: Approval, approver: User) -> Approval:
+    """Approved through the console's service: the call is authorized, its dispatch queued."""
+    return gate.tool_call_approve(
+        tenant=waiting.tenant,
+        approval_id=waiting.pk,
+        user=approver,
+        seen_version=waiting.version,
+        seen_summary_hash=waiting.summary_hash,
+    )
+
+
+def test_the_claims_lock_loads_what_the_orm_read_and_lock_loaded(approved: Approval) -> None:
+    """As `call.approvals.order_by("-created_at").first()` then approval_consume's
+    `select_for_update().select_related("run", "tool_call").get(pk=...)`: the same row, with the
+    caller's locked call and its run as the approval's call and run."""
+    call = ToolCall.objects.select_related("run", "tenant").get(pk=approved.tool_call_id)
+    orm = Approval.objects.select_related("run", "tool_call").get(
+        pk=call.approvals.order_by("-created_at").first().pk
+    )
+
+    with transaction.atomic(), CaptureQueriesContext(connection) as queries:
+        locked = sql.lock_latest_approval(call)
+        related = (locked.run.state, locked.tool_call.execution_status)
+
+    assert len(queries) == 1 and queries[0]["sql"].endswith("FOR UPDATE OF a")
+    assert _values(locked) == _values(orm)
+    assert (locked.state, locked.approvals_so_far) == ("approved", 1)
+    assert locked.tool_call is call and locked.run is call.run
+    assert _values(locked.run) == _values(orm.run)
+    assert related == (orm.run.state, "authorized")
+    assert locked.changed_fields() == ["updated_at"]
+
+
+def test_the_claims_lock_takes_the_latest_approval_and_none_without(
+    run: Run, approved: Approval
+) -> None:
+    call = ToolCall.objects.select_related("run").get(pk=approved.tool_call_id)
+    row = Approval.objects.filter(pk=approved.pk).values().get()
+    later = approved.created_at + timedelta(seconds=1)
+    Approval.objects.create(**{**row, "id": "apr_newer", "state": "pending", "created_at": later})
+    with transaction.atomic():
+        assert sql.lock_latest_approval(call).pk == "apr_newer"
+        assert sql.lock_latest_approval(propose_in(run, intent="no-approval")) is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_claims_lock_holds_the_approval_for_update(approved: Approval) -> None:
+    call = ToolCall.objects.select_related("run").get(pk=approved.tool_call_id)
+    with transaction.atomic():
+        sql.lock_latest_approval(call)
+        assert not _can_lock("approvals_approval", approved.pk, "KEY SHARE")
+    assert _can_lock("approvals_approval", approved.pk, "UPDATE")
+
+
+# The outbox message marked done; the call locked with its run and tenant; its readiness; its
+# latest approval locked (1: lock_latest_approval; a read and a locked read before); the run
+# locked and its chain head (2, the events' batch); the approval's, the call's UPDATE; the
+# attempt's and the events' INSERT; the savepoint and its release (2).
+CLAIM_QUERIES = 11
+
+
+def test_the_claim_of_an_approved_call_costs_its_fixed_queries(approved: Approval) -> None:
+    # As in a worker after its first claim: the newest policy is in the process's cache.
+    current_policy(approved.tenant, approved.tool_call.capability_id)
+    with CaptureQueriesContext(connection) as queries:
+        claim = dispatch.tool_call_claim(tool_call_id=approved.tool_call_id, outbox_id=None)
+    assert claim is not None
+    assert len(queries) == CLAIM_QUERIES, "\n".join(q["sql"][:100] for q in queries)
+    approved.refresh_from_db()
+    assert approved.state == "consumed"
+    assert ToolCall.objects.get(pk=approved.tool_call_id).execution_status == "dispatching"
+
+
+# --- the decision's two questions -----------------------------------------------------------
+
+
+def _orm_wants(tenant: Tenant) -> bool:
+    hooks = Webhook.objects.filter(tenant=tenant, active=True).exclude(kind=Webhook.Kind.SLACK)
+    return any("approval.decided" in hook.event_types for hook in hooks)
+
+
+def _wants(tenant: Tenant) -> bool:
+    with CaptureQueriesContext(connection) as queries:
+        answer = toolcalls_sql.receivers_want(
+            tenant_id=tenant.pk, event_type="approval.decided", except_kind=Webhook.Kind.SLACK
+        )
+    assert len(queries) == 1
+    return answer
+
+
+def test_whether_a_receiver_wants_the_decision_answers_as_the_orm(
+    tenant: Tenant, other_tenant: Tenant
+) -> None:
+    """Not a chat channel, an inactive hook, another tenant's, nor one of other events."""
+    url = "https://hooks.example"
+    Webhook.objects.create(tenant=other_tenant, url=url, event_types=["approval.decided"])
+    Webhook.objects.create(tenant=tenant, url=url, event_types=["tool_call.terminal"])
+    Webhook.objects.create(
+        tenant=tenant, url=url, kind=Webhook.Kind.SLACK, event_types=["approval.decided"]
+    )
+    off = Webhook.objects.create(
+        tenant=tenant, url=url, active=False, event_types=["approval.decided"]
+    )
+    assert _wants(tenant) is _orm_wants(tenant) is False
+    Webhook.objects.filter(pk=off.pk).update(active=True)
+    assert _wants(tenant) is _orm_wants(tenant) is True
+    assert _wants(other_tenant) is True
+
+
+def test_whether_an_approval_of_the_run_is_pending_answers_as_the_orm(
+    run: Run, waiting: Approval
+) -> None:
+    def orm() -> bool:
+        return Approval.objects.filter(run=run, state=Approval.State.PENDING).exists()
+
+    assert toolcalls_sql.approval_pending_in_run(run.pk) is orm() is True
+    Approval.objects.filter(pk=waiting.pk).update(state="approved")
+    assert toolcalls_sql.approval_pending_in_run(run.pk) is orm() is False

@@ -15,7 +15,7 @@ from runs.models import Event, Run, Tenant
 from runs.services import run_start
 from tests.helpers import BIG_REFUND, REFUND, propose_in
 from tests.sandbox_process import Sandbox
-from toolcalls import dispatch, sql
+from toolcalls import dispatch, lifecycle, sql
 from toolcalls.models import ToolCall
 from toolcalls.propose import tool_call_propose
 
@@ -92,6 +92,18 @@ def test_the_run_lock_reads_what_the_orm_reads(run: Run, other_tenant: Tenant) -
     assert queries[0]["sql"].endswith("FOR UPDATE")
     assert _values(locked) == _values(Run.objects.get(pk=run.pk))
     assert theirs is None
+
+
+def test_the_run_lock_by_id_alone_reads_what_the_orm_reads(run: Run) -> None:
+    """lifecycle.run_lock's (a worker's, a decision's): `Run.objects.select_for_update()
+    .filter(pk=...).first()` written out."""
+    with transaction.atomic(), CaptureQueriesContext(connection) as queries:
+        locked = lifecycle.run_lock(run.pk)
+        assert sql.lock_run(tenant_id=None, run_id="run_missing") is None
+
+    assert len(queries) == 2 and queries[0]["sql"].endswith("FOR UPDATE")
+    assert "tenant_id" not in queries[0]["sql"].split("WHERE")[1]
+    assert _values(locked) == _values(Run.objects.get(pk=run.pk))
 
 
 def test_the_call_insert_writes_the_row_the_orm_writes(run: Run) -> None:

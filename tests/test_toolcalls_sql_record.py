@@ -4,7 +4,7 @@ receipts and the verification messages."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -151,3 +151,35 @@ def test_verification_messages_are_written_as_enqueue_writes_them(run: Run, coun
         assert stored.available_at == message.available_at <= stored.created_at
     stored = [OutboxMessage.objects.get(pk=m.pk).args for m in messages]
     assert stored == [[f"tc_{n}"] for n in range(count)]
+
+
+def test_a_message_is_written_as_the_orm_created_it(run: Run) -> None:
+    """`enqueue` writes its row with runs/sql.py's INSERT (every decision and claim writes
+    one): the row `OutboxMessage.objects.create` wrote, with a countdown."""
+    with transaction.atomic():
+        with CaptureQueriesContext(connection) as queries:
+            written = outbox.enqueue(VERIFY_TASK, "tc_one", countdown=30, publish_now=False)
+        orm = OutboxMessage.objects.create(
+            task=VERIFY_TASK, args=["tc_one"], available_at=written.available_at
+        )
+    assert len(queries) == 1 and not written._state.adding
+    leave_out = ("id", "created_at")
+    stored = OutboxMessage.objects.get(pk=written.pk)
+    assert _values(stored, *leave_out) == _values(OutboxMessage.objects.get(pk=orm.pk), *leave_out)
+    assert stored.available_at - stored.created_at >= timedelta(seconds=29)
+
+
+def test_a_claims_attempt_is_written_as_the_orms_bulk_create_wrote_it(
+    run: Run, sandbox: Sandbox
+) -> None:
+    """A claim's attempts go in with runs/sql.py's INSERT (each claim writes one): the row
+    `Attempt.objects.bulk_create` wrote."""
+    [written] = _attempts(run, 1)
+    fields = {f.attname: getattr(written, f.attname) for f in Attempt._meta.concrete_fields}
+    with transaction.atomic():
+        [orm] = Attempt.objects.bulk_create([Attempt(**{**fields, "id": None, "number": 99})])
+    leave_out = ("id", "number")
+    assert _values(Attempt.objects.get(pk=written.pk), *leave_out) == _values(
+        Attempt.objects.get(pk=orm.pk), *leave_out
+    )
+    assert written.classification == "in_flight" and written.started_at is not None

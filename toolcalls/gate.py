@@ -110,7 +110,9 @@ def tool_call_admit(
     needed = requirement_for(call, capability, newest_policy_id)
     if needed.approvers == 0:
         return "ok"  # the current policy asks nobody for these arguments
-    latest = call.approvals.order_by("-created_at").first()
+    # Locked and read in one statement: approval_consume below needs it locked (the caller
+    # holds the call's lock, so no other claim reads it meanwhile).
+    latest = sql_decision.lock_latest_approval(call)
     if latest is None:
         return "needs_approval"
     if latest.state == Approval.State.CONSUMED:
@@ -138,7 +140,6 @@ def tool_call_admit(
     )
     if consumed == "consumed":
         return "ok"
-    latest.refresh_from_db()
     if consumed == "expired":
         approvals.approval_transition(
             latest, "expire", actor=actor, producer="dispatcher", reason="expired before dispatch"

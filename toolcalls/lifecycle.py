@@ -16,14 +16,15 @@ from runs import run_end
 from runs.errors import RUN_INVALID_STATE, RUN_WORK_IN_FLIGHT, DomainError, not_found
 from runs.models import Run, Tenant
 from runs.services import run_transition
-from toolcalls import channels, errors
+from toolcalls import channels, errors, sql
 from toolcalls.models import ToolCall
 from toolcalls.writes import tool_call_transition
 
 
 def run_lock(run_id: str, *, tenant: Tenant | None = None) -> Run:
-    runs = Run.objects.select_for_update()
-    run = (runs.filter(tenant=tenant) if tenant else runs).filter(pk=run_id).first()
+    # One hand-written statement (toolcalls/sql.py): the approve POST and the propose request
+    # lock the run here, and compiling the ORM's query was most of the lock's CPU.
+    run = sql.lock_run(tenant_id=tenant.pk if tenant else None, run_id=run_id)
     if run is None:
         raise not_found("run", run_id)
     return run
@@ -50,7 +51,9 @@ def run_resume_if_unblocked(*, run_id: str, actor: str, producer: str) -> None:
     pending; a run handed to a person resumes once none of its outcomes is unknown."""
     run = run_lock(run_id)
     if run.state == Run.State.WAITING:
-        if Approval.objects.filter(run=run, state=Approval.State.PENDING).exists():
+        # Asked after the run's lock (a statement apart, so it sees a decision that committed
+        # while this one waited for the lock), in hand-written SQL (toolcalls/sql.py).
+        if sql.approval_pending_in_run(run.pk):
             return
         run_transition(run, "resume", actor=actor, producer=producer, reason="no approval pending")
     elif run.state == Run.State.NEEDS_HUMAN:

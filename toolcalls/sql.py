@@ -225,17 +225,23 @@ def _proposal_lookup_orm(
     )
 
 
-_LOCK_RUN = (
+_LOCK_RUN = f"SELECT {_columns('r', _RUN)} FROM runs_run r WHERE r.id = %s FOR UPDATE"
+_LOCK_TENANT_RUN = (
     f"SELECT {_columns('r', _RUN)} FROM runs_run r WHERE r.id = %s AND r.tenant_id = %s FOR UPDATE"
 )
 
 
-def lock_run(*, tenant_id: int, run_id: str) -> Run | None:
-    """The tenant's run, its row locked (it orders the run's proposals and events)."""
+def lock_run(*, tenant_id: int | None, run_id: str) -> Run | None:
+    """The run (the tenant's, unless `tenant_id` is None: a worker's, by the id of a row it
+    holds), its row locked (it orders the run's proposals and events)."""
     if not connection.features.has_select_for_update:
-        return Run.objects.select_for_update().filter(tenant_id=tenant_id, pk=run_id).first()
+        runs = Run.objects.select_for_update().filter(pk=run_id)
+        return (runs if tenant_id is None else runs.filter(tenant_id=tenant_id)).first()
     with connection.cursor() as cursor:
-        cursor.execute(_LOCK_RUN, [run_id, tenant_id])
+        if tenant_id is None:
+            cursor.execute(_LOCK_RUN, [run_id])
+        else:
+            cursor.execute(_LOCK_TENANT_RUN, [run_id, tenant_id])
         row = cursor.fetchone()
     return None if row is None else _make(Run, _RUN, _CONVERT[1], row)
 
@@ -431,3 +437,36 @@ def bump_revisions(writes: dict[tuple[int, str], int]) -> set[tuple[int, str]]:
             [[k[0] for k in keys], [k[1] for k in keys], [writes[k] for k in keys]],
         )
         return {(tenant_id, ref) for tenant_id, ref in cursor.fetchall()}
+
+
+# --- the approve POST's two questions -------------------------------------------------------
+# Asked in every decision's transaction; the ORM's compilation of each was most of its cost
+# (bench_approve --profile). tests/test_toolcalls_sql_decision.py proves they answer as the
+# ORM's queries did.
+_RECEIVERS_WANT = (
+    "SELECT EXISTS (SELECT 1 FROM toolcalls_webhook WHERE tenant_id = %s AND active"
+    " AND kind <> %s AND event_types @> %s::jsonb)"
+)
+_APPROVAL_PENDING = (
+    "SELECT EXISTS (SELECT 1 FROM approvals_approval WHERE run_id = %s AND state = 'pending')"
+)
+
+
+def receivers_want(*, tenant_id: int, event_type: str, except_kind: str) -> bool:
+    """Whether an active webhook of the tenant, not of `except_kind`, lists `event_type`."""
+    if connection.vendor != "postgresql":  # no jsonb containment
+        from toolcalls.webhook_models import Webhook
+
+        hooks = Webhook.objects.filter(tenant_id=tenant_id, active=True).exclude(kind=except_kind)
+        return any(event_type in hook.event_types for hook in hooks)
+    with connection.cursor() as cursor:
+        wanted = json.dumps([str(event_type)])
+        cursor.execute(_RECEIVERS_WANT, [tenant_id, str(except_kind), wanted])
+        return cursor.fetchone()[0]
+
+
+def approval_pending_in_run(run_id: str) -> bool:
+    """Whether an approval of the run is still pending."""
+    with connection.cursor() as cursor:
+        cursor.execute(_APPROVAL_PENDING, [run_id])
+        return cursor.fetchone()[0]

@@ -34,6 +34,7 @@ from django.utils import timezone
 
 from approvals.models import Approval
 from runs import outbox
+from toolcalls import sql
 from toolcalls.envelope import tool_call_out
 from toolcalls.webhook_models import Webhook, WebhookAttempt, WebhookDelivery
 
@@ -137,11 +138,10 @@ def approval_decided(approval: Any, call: Any) -> None:
     receiver wants it: the call's envelope and the deliveries are built by a task
     (`approval_decided_fan_out`), off the approver's request, which they made 5 queries
     longer (bench_approve)."""
-    wanted = any(
-        Webhook.EventType.APPROVAL_DECIDED in hook.event_types
-        for hook in Webhook.objects.filter(tenant_id=call.tenant_id, active=True).exclude(
-            kind=Webhook.Kind.SLACK  # chat channels get no approval.decided (no message)
-        )
+    wanted = sql.receivers_want(
+        tenant_id=call.tenant_id,
+        event_type=Webhook.EventType.APPROVAL_DECIDED,
+        except_kind=Webhook.Kind.SLACK,  # chat channels get no approval.decided (no message)
     )
     if wanted:
         outbox.enqueue(DECIDED_TASK, approval.pk)

@@ -317,7 +317,8 @@ class Bench:
         self.say(
             f"  the approve POST's CPU in the clicking process (thread time, with the profiler's "
             f"own when --profile): p50 {c['p50']:.1f} ms, p99 {c['p99']:.1f} ms; "
-            f"{r['post_queries']} queries per POST (the last click)"
+            f"{r['post_queries']} statements per POST (the last click; not counting the "
+            "transaction's BEGIN and COMMIT, which CaptureQueriesContext counted: 2 more)"
         )
         h = r["hop"]
         self.say(
