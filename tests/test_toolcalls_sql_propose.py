@@ -10,6 +10,7 @@ import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
+from approvals.models import Policy
 from runs.events import verify_chain
 from runs.models import Event, Run, Tenant
 from runs.services import run_start
@@ -94,6 +95,47 @@ def test_the_run_lock_reads_what_the_orm_reads(run: Run, other_tenant: Tenant) -
     assert theirs is None
 
 
+def test_the_run_tally_reads_what_the_orm_reads(run: Run, sandbox: Sandbox) -> None:
+    def tally() -> sql.RunTally:
+        with transaction.atomic():
+            sql.lock_run(tenant_id=run.tenant_id, run_id=run.pk)
+            return sql.run_tally(
+                run_id=run.pk, tenant_id=run.tenant_id, capability_id="refund-order-v2"
+            )
+
+    def head() -> dict[str, Any] | None:
+        last = Event.objects.filter(run=run).order_by("-seq").first()
+        return None if last is None else {"id": last.id, "seq": last.seq, "hash": last.hash}
+
+    first = tally()
+    assert (first.calls, first.newest_policy_id, first.head) == (0, None, head())
+    assert first.head_read and first.head is not None  # the run's start
+    other = Run.objects.create(tenant=run.tenant, title="no events yet")
+    with transaction.atomic():
+        sql.lock_run(tenant_id=run.tenant_id, run_id=other.pk)
+        bare = sql.run_tally(run_id=other.pk, tenant_id=run.tenant_id, capability_id="x")
+    assert (bare.calls, bare.newest_policy_id, bare.head) == (0, None, None)
+    for n in (1, 2):
+        propose_in(run, {**REFUND, "amount_cents": n}, intent=f"tally-{n}")
+    Policy.objects.create(
+        tenant=run.tenant, capability_id="refund-order-v2", version=2, rules=[], created_by="t"
+    )
+    Policy.objects.create(
+        tenant=run.tenant, capability_id="other-capability", version=3, rules=[], created_by="t"
+    )
+
+    found = tally()
+    newest = (
+        Policy.objects.filter(tenant=run.tenant, capability_id="refund-order-v2")
+        .order_by("-version")
+        .first()
+    )
+    assert found.calls == ToolCall.objects.filter(run=run).count() == 2
+    assert found.head == head() != first.head
+    assert found.newest_policy_id == newest.pk
+    assert newest.version == 2
+
+
 def test_the_call_insert_writes_the_row_the_orm_writes(run: Run) -> None:
     def new_call(n: int) -> ToolCall:
         return ToolCall(
@@ -131,7 +173,9 @@ def test_the_call_insert_writes_the_row_the_orm_writes(run: Run) -> None:
     assert sql.calls_in_run(run.pk) == ToolCall.objects.filter(run=run).count() == 2
 
 
-def test_a_proposal_writes_its_events_chained_in_ten_statements(run: Run, sandbox: Sandbox) -> None:
+def test_a_proposal_writes_its_events_chained_in_seven_statements(
+    run: Run, sandbox: Sandbox
+) -> None:
     for n in (1, 2):  # the policy's row exists, and is cached
         propose_in(run, {**REFUND, "amount_cents": n}, intent=f"earlier-{n}")
 
@@ -156,11 +200,12 @@ def test_a_proposal_writes_its_events_chained_in_ten_statements(run: Run, sandbo
     # the time from the one to the authorization).
     mine = [e for e in events if e.tool_call_id == call.pk]
     assert ToolCall.objects.get(pk=call.pk).created_at <= mine[0].recorded_at
-    # The lookup; then in the transaction: lock the run, count its calls, insert the call,
-    # the events' run lock and chain head, the newest policy's id, the outbox row, the call's
-    # authorization, the events (BEGIN and COMMIT are not queries here).
+    # The lookup; then in the transaction: lock the run, its tally (calls, chain head, newest
+    # policy), insert the call, the outbox row, the call's authorization, the events (BEGIN
+    # and COMMIT are not queries here). The events neither lock the run again nor read its head.
     statements = [q["sql"] for q in queries if not q["sql"].startswith(("SAVEPOINT", "RELEASE"))]
-    assert len(statements) == 10, "\n".join(s[:90] for s in statements)
+    assert len(statements) == 7, "\n".join(s[:90] for s in statements)
+    assert not any("runs_run" in s and "FOR UPDATE" in s for s in statements[2:])
 
 
 def test_the_envelopes_relations_are_the_orms(run: Run, sandbox: Sandbox) -> None:

@@ -312,7 +312,8 @@ def tool_call_create(
 ) -> ToolCall:
     """Record a checked call with its `tool_call.proposed` event, then let the policy decide:
     held for approval, or authorized and dispatched. The run is locked."""
-    if sql.calls_in_run(run.pk) >= run.max_tool_calls:
+    tally = sql.run_tally(run_id=run.pk, tenant_id=run.tenant_id, capability_id=capability.id)
+    if tally.calls >= run.max_tool_calls:
         raise DomainError(
             errors.MAX_STEPS_EXCEEDED,
             f"Run {run.pk} has used its {run.max_tool_calls} tool calls.",
@@ -333,6 +334,8 @@ def tool_call_create(
         external_request_id=new_id("req"),
         compensation_of=compensation_of,
     )
+    if tally.head_read:
+        events.batch_knows_head(run.pk, tally.head, [call.pk])
     sql.insert_call(call)
     bind_log_ids(call)
     if dependencies:
@@ -344,15 +347,19 @@ def tool_call_create(
         actor=actor,
         producer="api",
     )
-    _ask_policy(call, capability, actor=actor, requested_by=requested_by)
+    _ask_policy(call, capability, actor, requested_by, tally.newest_policy_id)
     return call
 
 
 def _ask_policy(
-    call: ToolCall, capability: Capability, *, actor: str, requested_by: User | None
+    call: ToolCall,
+    capability: Capability,
+    actor: str,
+    requested_by: User | None,
+    newest_policy_id: int | None,
 ) -> None:
     """The current policy decides: held for people, or authorized and dispatched."""
-    needed = gate.requirement_for(call, capability)
+    needed = gate.requirement_for(call, capability, newest_policy_id)
     if needed.approvers:
         gate.tool_call_hold_for_approval(
             call=call,
