@@ -29,12 +29,15 @@ def enqueue(task: str, *args: Any, countdown: float = 0, publish_now: bool = Tru
     commit wakes a drainer, unless one is already woken."""
     if not connection.in_atomic_block:
         raise RuntimeError("outbox messages are written in the transaction of their cause")
-    message = OutboxMessage.objects.create(
+    message = OutboxMessage(
         task=task,
         args=list(args),
         available_at=timezone.now() + timedelta(seconds=countdown),
         traceparent=telemetry.current_traceparent(),
     )
+    # The row `create()` writes, without compiling its INSERT: compiling was most of this
+    # function, a tenth of a proposal's CPU (profile_propose, sampled).
+    sql.insert_rows([message])
     if publish_now and drain.coalesces(task, countdown):
         # No message of its own: one wake-up for every row committed before a drainer starts.
         transaction.on_commit(drain.wake)

@@ -14,7 +14,7 @@ from approvals.models import Policy
 from runs.events import verify_chain
 from runs.models import Event, Run, Tenant
 from runs.services import run_start
-from tests.helpers import BIG_REFUND, REFUND, propose_in
+from tests.helpers import BIG_REFUND, REFUND, ApiClient, propose, propose_in, start_run
 from tests.sandbox_process import Sandbox
 from toolcalls import dispatch, sql
 from toolcalls.models import ToolCall
@@ -240,3 +240,25 @@ def test_the_envelopes_relations_are_the_orms(run: Run, sandbox: Sandbox) -> Non
     assert sql.call_relations(first) == sql.Relations(1, undo.pk, [], False)
     assert sql.call_relations(second) == sql.Relations(0, None, [first.pk], False)
     assert sql.call_relations(held).has_approvals
+
+
+def test_a_new_calls_answer_is_the_one_read_back(agent: ApiClient, sandbox: Sandbox) -> None:
+    """The POST answers a new call with relations it knows (envelope.new_call_relations)
+    instead of reading them: the same answer as a GET that reads them, for a call authorized,
+    one held for people and one with dependencies (given twice, out of order)."""
+    run_id = start_run(agent)
+    first = propose(agent, {**REFUND, "amount_cents": 7}, intent="first", run_id=run_id)
+    second = propose(agent, {**REFUND, "amount_cents": 8}, intent="second", run_id=run_id)
+    held = propose(agent, BIG_REFUND, intent="held", run_id=run_id)
+    after = propose(
+        agent,
+        {**REFUND, "amount_cents": 9},
+        intent="after",
+        run_id=run_id,
+        depends_on=[second["tool_call_id"], first["tool_call_id"], second["tool_call_id"]],
+    )
+    assert held["status"] == "awaiting_approval" and held["approval"] is not None
+    assert after["depends_on"] == sorted([first["tool_call_id"], second["tool_call_id"]])
+    for answer in (first, held, after):
+        read = agent.get(f"/api/v1/tool-calls/{answer['tool_call_id']}").json()
+        assert answer == read
