@@ -24,7 +24,7 @@ import jsonschema
 from django.db import connection
 from django.utils import timezone
 
-from runs import sql
+from runs import schema_check, sql
 from runs.canonical import canonical_json
 from runs.models import Event, Run
 
@@ -33,6 +33,8 @@ GENESIS_HASH = "0" * 64
 _SCHEMAS: dict[tuple[str, int], dict[str, Any]] = {}
 _VALIDATORS: dict[tuple[str, int], jsonschema.Draft202012Validator] = {}
 _LATEST: dict[str, int] = {}
+# A quick "valid" for simple schemas (runs/schema_check.py); jsonschema decides the rest.
+_QUICK: dict[tuple[str, int], schema_check.Check | None] = {}
 _UPCASTERS: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = {}
 
 
@@ -47,6 +49,7 @@ def register(event_type: str, version: int, schema: dict[str, Any]) -> None:
     jsonschema.Draft202012Validator.check_schema(schema)
     _SCHEMAS[key] = schema
     _VALIDATORS[key] = jsonschema.Draft202012Validator(schema)
+    _QUICK[key] = schema_check.compile_schema(schema)
     _LATEST[event_type] = max(version, _LATEST.get(event_type, 0))
 
 
@@ -71,6 +74,9 @@ def validate(event_type: str, version: int, payload: dict[str, Any]) -> None:
     validator = _VALIDATORS.get((event_type, version))
     if validator is None:
         raise EventSchemaError(f"unknown event type {event_type!r} version {version}")
+    quick = _QUICK[(event_type, version)]
+    if quick is not None and quick(payload):
+        return
     errors = sorted(validator.iter_errors(payload), key=lambda e: list(e.absolute_path))
     if errors:
         problems = "; ".join(
