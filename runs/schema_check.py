@@ -3,7 +3,8 @@
 `runs.events.append` validates every payload against its type's schema. jsonschema's
 validator walks any schema generically, and that walk was about a tenth of a proposal's CPU
 (profile_propose, sampled: two events per proposal). Most payload schemas use only `type`,
-`properties`, `required`, `additionalProperties` and `items`: for those, `compile_schema`
+`properties`, `required`, `additionalProperties`, `items`, bounds, lengths, patterns and
+annotations: for those, `compile_schema`
 builds a plain function that says True only for a payload jsonschema accepts. It may say
 False for one jsonschema accepts too (a float 1.0 for an integer, a tuple): the caller then
 asks jsonschema, which gives the verdict and the messages. A schema with any other keyword
@@ -12,6 +13,7 @@ compiles to None: jsonschema alone. tests/test_schema_check.py compares the two.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -28,7 +30,11 @@ _TYPES: dict[str, Check] = {
     "object": lambda value: type(value) is dict,
     "array": lambda value: type(value) is list,
 }
-_KEYWORDS = frozenset({"type", "properties", "required", "additionalProperties", "items"})
+_STRUCTURE = {"type", "properties", "required", "additionalProperties", "items"}
+_BOUNDS = {"minimum", "maximum", "minLength", "maxLength", "pattern"}
+# Annotations: they never make an instance invalid.
+_NOTES = {"title", "description", "examples", "default", "$comment"}
+_KEYWORDS = frozenset(_STRUCTURE | _BOUNDS | _NOTES)
 _OBJECT_KEYWORDS = ("properties", "required", "additionalProperties")
 
 
@@ -54,7 +60,55 @@ def compile_schema(schema: Any) -> Check | None:
         if item is None:
             return None
         checks.append(lambda value: type(value) is list and all(item(v) for v in value))
+    bounds = _bounds(schema)
+    if bounds is None:
+        return None
+    checks.extend(bounds)
     return lambda value: all(check(value) for check in checks)
+
+
+def _bounds(schema: dict[str, Any]) -> list[Check] | None:
+    """As jsonschema applies them: bounds to numbers (not booleans), lengths in code points
+    and `re.search` patterns to strings; to any other instance they say nothing."""
+    checks: list[Check] = []
+    for keyword, holds in (("minimum", _at_least), ("maximum", _at_most)):
+        if keyword in schema:
+            bound = schema[keyword]
+            if type(bound) is not int and type(bound) is not float:
+                return None
+            checks.append(lambda value, bound=bound, holds=holds: holds(value, bound))
+    for keyword, holds in (("minLength", _longer), ("maxLength", _shorter)):
+        if keyword in schema:
+            bound = schema[keyword]
+            if type(bound) is not int:
+                return None
+            checks.append(lambda value, bound=bound, holds=holds: holds(value, bound))
+    if "pattern" in schema:
+        if type(schema["pattern"]) is not str:
+            return None
+        search = re.compile(schema["pattern"]).search
+        checks.append(lambda value: not isinstance(value, str) or search(value) is not None)
+    return checks
+
+
+def _number(value: Any) -> bool:
+    return type(value) is int or type(value) is float
+
+
+def _at_least(value: Any, bound: float) -> bool:
+    return not _number(value) or value >= bound
+
+
+def _at_most(value: Any, bound: float) -> bool:
+    return not _number(value) or value <= bound
+
+
+def _longer(value: Any, bound: int) -> bool:
+    return not isinstance(value, str) or len(value) >= bound
+
+
+def _shorter(value: Any, bound: int) -> bool:
+    return not isinstance(value, str) or len(value) <= bound
 
 
 def _object_check(schema: dict[str, Any]) -> Check | None:
