@@ -16,7 +16,7 @@ from runs.models import Event, Run, Tenant
 from runs.services import run_start
 from tests.helpers import BIG_REFUND, REFUND, ApiClient, propose, propose_in, start_run
 from tests.sandbox_process import Sandbox
-from toolcalls import dispatch, sql
+from toolcalls import dispatch, sql, sql_propose
 from toolcalls.models import ToolCall
 from toolcalls.propose import tool_call_propose
 
@@ -96,10 +96,10 @@ def test_the_run_lock_reads_what_the_orm_reads(run: Run, other_tenant: Tenant) -
 
 
 def test_the_run_tally_reads_what_the_orm_reads(run: Run, sandbox: Sandbox) -> None:
-    def tally() -> sql.RunTally:
+    def tally() -> sql_propose.RunTally:
         with transaction.atomic():
             sql.lock_run(tenant_id=run.tenant_id, run_id=run.pk)
-            return sql.run_tally(
+            return sql_propose.run_tally(
                 run_id=run.pk, tenant_id=run.tenant_id, capability_id="refund-order-v2"
             )
 
@@ -113,7 +113,7 @@ def test_the_run_tally_reads_what_the_orm_reads(run: Run, sandbox: Sandbox) -> N
     other = Run.objects.create(tenant=run.tenant, title="no events yet")
     with transaction.atomic():
         sql.lock_run(tenant_id=run.tenant_id, run_id=other.pk)
-        bare = sql.run_tally(run_id=other.pk, tenant_id=run.tenant_id, capability_id="x")
+        bare = sql_propose.run_tally(run_id=other.pk, tenant_id=run.tenant_id, capability_id="x")
     assert (bare.calls, bare.newest_policy_id, bare.head) == (0, None, None)
     for n in (1, 2):
         propose_in(run, {**REFUND, "amount_cents": n}, intent=f"tally-{n}")
@@ -136,24 +136,31 @@ def test_the_run_tally_reads_what_the_orm_reads(run: Run, sandbox: Sandbox) -> N
     assert newest.version == 2
 
 
-def test_the_call_insert_writes_the_row_the_orm_writes(run: Run) -> None:
-    def new_call(n: int) -> ToolCall:
-        return ToolCall(
-            tenant=run.tenant,
-            run=run,
-            capability_id="refund-order-v2",
-            intent=f"i{n}",
-            object_ref=REF,
-            object_revision=3,
-            args={**REFUND, "reason": "naïve \u2603"},
-            args_digest="d" * 64,
-            idempotency_key=f"key-{n}",
-            external_request_id=f"req_{n}",
-        )
+def _new_call(run: Run, n: int) -> ToolCall:
+    return ToolCall(
+        tenant=run.tenant,
+        run=run,
+        capability_id="refund-order-v2",
+        intent=f"i{n}",
+        object_ref=REF,
+        object_revision=3,
+        args={**REFUND, "reason": "naïve \u2603"},
+        args_digest="d" * 64,
+        idempotency_key=f"key-{n}",
+        external_request_id=f"req_{n}",
+    )
 
+
+@pytest.mark.parametrize("write", ["insert_call", "run_tally_and_insert"])
+def test_the_call_insert_writes_the_row_the_orm_writes(run: Run, write: str) -> None:
     with transaction.atomic():
-        ours, theirs = new_call(1), new_call(2)
-        sql.insert_call(ours)
+        ours, theirs = _new_call(run, 1), _new_call(run, 2)
+        if write == "insert_call":
+            sql.insert_call(ours)
+        else:
+            sql.lock_run(tenant_id=run.tenant_id, run_id=run.pk)
+            tally = sql_propose.run_tally_and_insert(ours, max_calls=1)
+            assert tally.inserted and tally.calls == 0  # counted before its own row
         theirs.save(force_insert=True)
 
     differ = (
@@ -173,7 +180,17 @@ def test_the_call_insert_writes_the_row_the_orm_writes(run: Run) -> None:
     assert sql.calls_in_run(run.pk) == ToolCall.objects.filter(run=run).count() == 2
 
 
-def test_a_proposal_writes_its_events_chained_in_seven_statements(
+def test_the_tally_inserts_nothing_past_the_runs_budget(run: Run) -> None:
+    with transaction.atomic():
+        sql.insert_call(_new_call(run, 1))
+        sql.lock_run(tenant_id=run.tenant_id, run_id=run.pk)
+        refused = _new_call(run, 2)
+        tally = sql_propose.run_tally_and_insert(refused, max_calls=1)
+    assert (tally.calls, tally.inserted) == (1, False)
+    assert refused._state.adding and not ToolCall.objects.filter(pk=refused.pk).exists()
+
+
+def test_a_proposal_writes_its_events_chained_in_six_statements(
     run: Run, sandbox: Sandbox
 ) -> None:
     for n in (1, 2):  # the policy's row exists, and is cached
@@ -201,10 +218,11 @@ def test_a_proposal_writes_its_events_chained_in_seven_statements(
     mine = [e for e in events if e.tool_call_id == call.pk]
     assert ToolCall.objects.get(pk=call.pk).created_at <= mine[0].recorded_at
     # The lookup; then in the transaction: lock the run, its tally (calls, chain head, newest
-    # policy), insert the call, the outbox row, the call's authorization, the events (BEGIN
-    # and COMMIT are not queries here). The events neither lock the run again nor read its head.
+    # policy) with the call's INSERT, the outbox row, the call's authorization, the events
+    # (BEGIN and COMMIT are not queries here). The events neither lock the run again nor read
+    # its head.
     statements = [q["sql"] for q in queries if not q["sql"].startswith(("SAVEPOINT", "RELEASE"))]
-    assert len(statements) == 7, "\n".join(s[:90] for s in statements)
+    assert len(statements) == 6, "\n".join(s[:90] for s in statements)
     assert not any("runs_run" in s and "FOR UPDATE" in s for s in statements[2:])
 
 

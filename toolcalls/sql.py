@@ -246,38 +246,6 @@ def calls_in_run(run_id: str) -> int:
         return cursor.fetchone()[0]
 
 
-# What a proposal needs once its run is locked, in one statement instead of four (the count,
-# the events' second lock of the run and their chain-head read, the policy's newest id). It
-# must follow the lock, not join it: a read in the locking statement sees the snapshot from
-# before the lock was granted (runs/sql.py, lock_and_read_head).
-_TALLY = (
-    "SELECT (SELECT count(*) FROM toolcalls_toolcall WHERE run_id = %s),"
-    " (SELECT id FROM approvals_policy WHERE tenant_id = %s AND capability_id = %s"
-    " ORDER BY version DESC LIMIT 1), h.id, h.seq, h.hash"
-    " FROM (SELECT 1) AS one LEFT JOIN (SELECT id, seq, hash FROM runs_event"
-    " WHERE run_id = %s ORDER BY seq DESC LIMIT 1) AS h ON true"
-)
-
-
-@dataclass(frozen=True)
-class RunTally:
-    calls: int  # the run's tool calls
-    newest_policy_id: int | None  # approvals.sql.newest_policy_id of the capability
-    head_read: bool  # False: `head` was not read (SQLite), the events read it themselves
-    head: dict[str, Any] | None = None  # the run's last event (id, seq, hash); None: none yet
-
-
-def run_tally(*, run_id: str, tenant_id: int, capability_id: str) -> RunTally:
-    """For a run this transaction has locked: its calls, its chain head, the newest policy."""
-    if connection.vendor != "postgresql":
-        return RunTally(calls_in_run(run_id), None, head_read=False)
-    with connection.cursor() as cursor:
-        cursor.execute(_TALLY, [run_id, tenant_id, capability_id, run_id])
-        calls, policy_id, *last = cursor.fetchone()
-    head = None if last[0] is None else dict(zip(("id", "seq", "hash"), last, strict=True))
-    return RunTally(calls, policy_id, head_read=True, head=head)
-
-
 _INSERT_CALL = (
     f"INSERT INTO toolcalls_toolcall ({', '.join(f.column for f in _CALL)})"
     f" VALUES ({', '.join(['%s'] * len(_CALL))})"
@@ -287,9 +255,17 @@ _INSERT_CALL = (
 def insert_call(call: ToolCall) -> None:
     """INSERT a new call as `call.save(force_insert=True)` does (auto_now dates set, values
     prepared by their fields), without compiling it. ToolCall has no save signals."""
-    values = [field.get_db_prep_save(field.pre_save(call, True), connection) for field in _CALL]
     with connection.cursor() as cursor:
-        cursor.execute(_INSERT_CALL, values)
+        cursor.execute(_INSERT_CALL, call_values(call))
+    call_inserted(call)
+
+
+def call_values(call: ToolCall) -> list[Any]:
+    """The new call's column values, as `save(force_insert=True)` prepares them."""
+    return [field.get_db_prep_save(field.pre_save(call, True), connection) for field in _CALL]
+
+
+def call_inserted(call: ToolCall) -> None:
     call._state.adding, call._state.db = False, connection.alias
     call._remember(_CALL)  # as save() leaves it: it knows what it was written with
 
