@@ -21,11 +21,11 @@ from hashlib import sha256
 from typing import Any
 
 import jsonschema
-import rfc8785
 from django.db import connection
 from django.utils import timezone
 
-from runs import sql
+from runs import schema_check, sql
+from runs.canonical import canonical_json
 from runs.models import Event, Run
 
 GENESIS_HASH = "0" * 64
@@ -33,6 +33,8 @@ GENESIS_HASH = "0" * 64
 _SCHEMAS: dict[tuple[str, int], dict[str, Any]] = {}
 _VALIDATORS: dict[tuple[str, int], jsonschema.Draft202012Validator] = {}
 _LATEST: dict[str, int] = {}
+# A quick "valid" for simple schemas (runs/schema_check.py); jsonschema decides the rest.
+_QUICK: dict[tuple[str, int], schema_check.Check | None] = {}
 _UPCASTERS: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = {}
 
 
@@ -47,6 +49,7 @@ def register(event_type: str, version: int, schema: dict[str, Any]) -> None:
     jsonschema.Draft202012Validator.check_schema(schema)
     _SCHEMAS[key] = schema
     _VALIDATORS[key] = jsonschema.Draft202012Validator(schema)
+    _QUICK[key] = schema_check.compile_schema(schema)
     _LATEST[event_type] = max(version, _LATEST.get(event_type, 0))
 
 
@@ -71,6 +74,9 @@ def validate(event_type: str, version: int, payload: dict[str, Any]) -> None:
     validator = _VALIDATORS.get((event_type, version))
     if validator is None:
         raise EventSchemaError(f"unknown event type {event_type!r} version {version}")
+    quick = _QUICK[(event_type, version)]
+    if quick is not None and quick(payload):
+        return
     errors = sorted(validator.iter_errors(payload), key=lambda e: list(e.absolute_path))
     if errors:
         problems = "; ".join(
@@ -127,7 +133,7 @@ def event_body(event: Event) -> dict[str, Any]:
 
 def hash_body(body: dict[str, Any]) -> str:
     """SHA-256 of the RFC 8785 form of an event's body (runs/chain_check.py checks with it)."""
-    return sha256(rfc8785.dumps(body)).hexdigest()
+    return sha256(canonical_json(body)).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -270,6 +276,19 @@ def batch(calls: dict[str, str] | None = None) -> Iterator[None]:
         _local.batch = None
 
 
+def batch_knows_head(run_id: str, last: dict[str, Any] | None, new_calls: list[str]) -> None:
+    """Inside a batch, from a caller that locked the run in this transaction and read its last
+    event after the lock (`last`: id, seq, hash; None when it has none), in the same
+    statement as other reads it needed (toolcalls/sql.py, run_tally): the batch takes that
+    head instead of locking and reading again. `new_calls` were created in this transaction
+    and have no event yet. Outside a batch, or once the batch holds the run, nothing changes."""
+    current = _batch_here()
+    if current is None or run_id in current.heads:
+        return
+    current.heads[run_id] = last
+    current.last_of_call.update(dict.fromkeys(new_calls, ""))
+
+
 def rfc8785_roundtrip(payload: dict[str, Any]) -> dict[str, Any]:
     # A flat payload of strings, integers, booleans and nulls (most transitions' events) comes
     # back as plain copies of its values, without serialising it twice per event
@@ -277,7 +296,7 @@ def rfc8785_roundtrip(payload: dict[str, Any]) -> dict[str, Any]:
     # profile_dispatch --profile). What JSON cannot carry as it is (an integer past 2**53, a
     # lone surrogate) is still refused, by the hash's canonicalisation of the same payload.
     flat = _flat_copy(payload)
-    return flat if flat is not None else json.loads(rfc8785.dumps(payload))
+    return flat if flat is not None else json.loads(canonical_json(payload))
 
 
 def _flat_copy(payload: dict[str, Any]) -> dict[str, Any] | None:

@@ -101,8 +101,7 @@ def _insert(model: Any, rows: list[list[Any]]) -> None:
         statement = _unnest_insert(model)
     else:
         columns = [value for row in rows for value in row]
-        row = f"({', '.join(['%s'] * len(fields))})"
-        statement = f"{_insert_into(model)} VALUES {', '.join([row] * len(rows))}"
+        statement = _values_insert(model, len(rows))
     with connection.cursor() as cursor:
         cursor.execute(statement, columns)
 
@@ -110,6 +109,20 @@ def _insert(model: Any, rows: list[list[Any]]) -> None:
 def _insert_into(model: Any) -> str:
     names = ", ".join(connection.ops.quote_name(f.column) for f in model._meta.concrete_fields)
     return f"INSERT INTO {connection.ops.quote_name(model._meta.db_table)} ({names})"
+
+
+# Made once per model and number of rows: quoting every column each time was a tenth of the
+# INSERT's own CPU (profile_propose, sampled).
+_VALUES: dict[tuple[Any, int], str] = {}
+
+
+def _values_insert(model: Any, count: int) -> str:
+    statement = _VALUES.get((model, count))
+    if statement is None:
+        row = f"({', '.join(['%s'] * len(model._meta.concrete_fields))})"
+        statement = f"{_insert_into(model)} VALUES {', '.join([row] * count)}"
+        _VALUES[(model, count)] = statement
+    return statement
 
 
 _UNNEST: dict[Any, str] = {}

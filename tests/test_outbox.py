@@ -107,3 +107,21 @@ def test_an_approved_calls_dispatch_nobody_took_is_republished_to_the_bulk_queue
         assert broker.llen("interactive") == 0
     finally:
         broker.delete("celery", "interactive")
+
+
+def test_enqueue_writes_the_row_the_orm_writes(db: None) -> None:
+    """enqueue's hand-written INSERT (runs/sql.py insert_rows) leaves what `create()` left."""
+    with transaction.atomic():
+        ours = outbox.enqueue(TASK, "tc_x", 2, countdown=30, publish_now=False)
+        theirs = OutboxMessage.objects.create(
+            task=TASK, args=["tc_x", 2], available_at=ours.available_at, traceparent=None
+        )
+    stored = OutboxMessage.objects.get(pk=ours.pk)
+    fields = [f.attname for f in OutboxMessage._meta.concrete_fields]
+    differ = ("id", "created_at")
+    same = [name for name in fields if name not in differ]
+    other = OutboxMessage.objects.get(pk=theirs.pk)
+    assert [getattr(stored, n) for n in same] == [getattr(other, n) for n in same]
+    assert [getattr(stored, n) for n in fields] == [getattr(ours, n) for n in fields]
+    assert stored.pk.startswith("obx_") and not ours._state.adding
+    assert ours.available_at - stored.created_at >= timedelta(seconds=29)

@@ -10,12 +10,13 @@ import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
+from approvals.models import Policy
 from runs.events import verify_chain
 from runs.models import Event, Run, Tenant
 from runs.services import run_start
-from tests.helpers import BIG_REFUND, REFUND, propose_in
+from tests.helpers import BIG_REFUND, REFUND, ApiClient, propose, propose_in, start_run
 from tests.sandbox_process import Sandbox
-from toolcalls import dispatch, lifecycle, sql
+from toolcalls import dispatch, lifecycle, sql, sql_propose
 from toolcalls.models import ToolCall
 from toolcalls.propose import tool_call_propose
 
@@ -106,24 +107,72 @@ def test_the_run_lock_by_id_alone_reads_what_the_orm_reads(run: Run) -> None:
     assert _values(locked) == _values(Run.objects.get(pk=run.pk))
 
 
-def test_the_call_insert_writes_the_row_the_orm_writes(run: Run) -> None:
-    def new_call(n: int) -> ToolCall:
-        return ToolCall(
-            tenant=run.tenant,
-            run=run,
-            capability_id="refund-order-v2",
-            intent=f"i{n}",
-            object_ref=REF,
-            object_revision=3,
-            args={**REFUND, "reason": "naïve \u2603"},
-            args_digest="d" * 64,
-            idempotency_key=f"key-{n}",
-            external_request_id=f"req_{n}",
-        )
+def test_the_run_tally_reads_what_the_orm_reads(run: Run, sandbox: Sandbox) -> None:
+    def tally() -> sql_propose.RunTally:
+        with transaction.atomic():
+            sql.lock_run(tenant_id=run.tenant_id, run_id=run.pk)
+            return sql_propose.run_tally(
+                run_id=run.pk, tenant_id=run.tenant_id, capability_id="refund-order-v2"
+            )
 
+    def head() -> dict[str, Any] | None:
+        last = Event.objects.filter(run=run).order_by("-seq").first()
+        return None if last is None else {"id": last.id, "seq": last.seq, "hash": last.hash}
+
+    first = tally()
+    assert (first.calls, first.newest_policy_id, first.head) == (0, None, head())
+    assert first.head_read and first.head is not None  # the run's start
+    other = Run.objects.create(tenant=run.tenant, title="no events yet")
     with transaction.atomic():
-        ours, theirs = new_call(1), new_call(2)
-        sql.insert_call(ours)
+        sql.lock_run(tenant_id=run.tenant_id, run_id=other.pk)
+        bare = sql_propose.run_tally(run_id=other.pk, tenant_id=run.tenant_id, capability_id="x")
+    assert (bare.calls, bare.newest_policy_id, bare.head) == (0, None, None)
+    for n in (1, 2):
+        propose_in(run, {**REFUND, "amount_cents": n}, intent=f"tally-{n}")
+    Policy.objects.create(
+        tenant=run.tenant, capability_id="refund-order-v2", version=2, rules=[], created_by="t"
+    )
+    Policy.objects.create(
+        tenant=run.tenant, capability_id="other-capability", version=3, rules=[], created_by="t"
+    )
+
+    found = tally()
+    newest = (
+        Policy.objects.filter(tenant=run.tenant, capability_id="refund-order-v2")
+        .order_by("-version")
+        .first()
+    )
+    assert found.calls == ToolCall.objects.filter(run=run).count() == 2
+    assert found.head == head() != first.head
+    assert found.newest_policy_id == newest.pk
+    assert newest.version == 2
+
+
+def _new_call(run: Run, n: int) -> ToolCall:
+    return ToolCall(
+        tenant=run.tenant,
+        run=run,
+        capability_id="refund-order-v2",
+        intent=f"i{n}",
+        object_ref=REF,
+        object_revision=3,
+        args={**REFUND, "reason": "naïve \u2603"},
+        args_digest="d" * 64,
+        idempotency_key=f"key-{n}",
+        external_request_id=f"req_{n}",
+    )
+
+
+@pytest.mark.parametrize("write", ["insert_call", "run_tally_and_insert"])
+def test_the_call_insert_writes_the_row_the_orm_writes(run: Run, write: str) -> None:
+    with transaction.atomic():
+        ours, theirs = _new_call(run, 1), _new_call(run, 2)
+        if write == "insert_call":
+            sql.insert_call(ours)
+        else:
+            sql.lock_run(tenant_id=run.tenant_id, run_id=run.pk)
+            tally = sql_propose.run_tally_and_insert(ours, max_calls=1)
+            assert tally.inserted and tally.calls == 0  # counted before its own row
         theirs.save(force_insert=True)
 
     differ = (
@@ -143,7 +192,19 @@ def test_the_call_insert_writes_the_row_the_orm_writes(run: Run) -> None:
     assert sql.calls_in_run(run.pk) == ToolCall.objects.filter(run=run).count() == 2
 
 
-def test_a_proposal_writes_its_events_chained_in_ten_statements(run: Run, sandbox: Sandbox) -> None:
+def test_the_tally_inserts_nothing_past_the_runs_budget(run: Run) -> None:
+    with transaction.atomic():
+        sql.insert_call(_new_call(run, 1))
+        sql.lock_run(tenant_id=run.tenant_id, run_id=run.pk)
+        refused = _new_call(run, 2)
+        tally = sql_propose.run_tally_and_insert(refused, max_calls=1)
+    assert (tally.calls, tally.inserted) == (1, False)
+    assert refused._state.adding and not ToolCall.objects.filter(pk=refused.pk).exists()
+
+
+def test_a_proposal_writes_its_events_chained_in_six_statements(
+    run: Run, sandbox: Sandbox
+) -> None:
     for n in (1, 2):  # the policy's row exists, and is cached
         propose_in(run, {**REFUND, "amount_cents": n}, intent=f"earlier-{n}")
 
@@ -168,11 +229,13 @@ def test_a_proposal_writes_its_events_chained_in_ten_statements(run: Run, sandbo
     # the time from the one to the authorization).
     mine = [e for e in events if e.tool_call_id == call.pk]
     assert ToolCall.objects.get(pk=call.pk).created_at <= mine[0].recorded_at
-    # The lookup; then in the transaction: lock the run, count its calls, insert the call,
-    # the events' run lock and chain head, the newest policy's id, the outbox row, the call's
-    # authorization, the events (BEGIN and COMMIT are not queries here).
+    # The lookup; then in the transaction: lock the run, its tally (calls, chain head, newest
+    # policy) with the call's INSERT, the outbox row, the call's authorization, the events
+    # (BEGIN and COMMIT are not queries here). The events neither lock the run again nor read
+    # its head.
     statements = [q["sql"] for q in queries if not q["sql"].startswith(("SAVEPOINT", "RELEASE"))]
-    assert len(statements) == 10, "\n".join(s[:90] for s in statements)
+    assert len(statements) == 6, "\n".join(s[:90] for s in statements)
+    assert not any("runs_run" in s and "FOR UPDATE" in s for s in statements[2:])
 
 
 def test_the_envelopes_relations_are_the_orms(run: Run, sandbox: Sandbox) -> None:
@@ -207,3 +270,25 @@ def test_the_envelopes_relations_are_the_orms(run: Run, sandbox: Sandbox) -> Non
     assert sql.call_relations(first) == sql.Relations(1, undo.pk, [], False)
     assert sql.call_relations(second) == sql.Relations(0, None, [first.pk], False)
     assert sql.call_relations(held).has_approvals
+
+
+def test_a_new_calls_answer_is_the_one_read_back(agent: ApiClient, sandbox: Sandbox) -> None:
+    """The POST answers a new call with relations it knows (envelope.new_call_relations)
+    instead of reading them: the same answer as a GET that reads them, for a call authorized,
+    one held for people and one with dependencies (given twice, out of order)."""
+    run_id = start_run(agent)
+    first = propose(agent, {**REFUND, "amount_cents": 7}, intent="first", run_id=run_id)
+    second = propose(agent, {**REFUND, "amount_cents": 8}, intent="second", run_id=run_id)
+    held = propose(agent, BIG_REFUND, intent="held", run_id=run_id)
+    after = propose(
+        agent,
+        {**REFUND, "amount_cents": 9},
+        intent="after",
+        run_id=run_id,
+        depends_on=[second["tool_call_id"], first["tool_call_id"], second["tool_call_id"]],
+    )
+    assert held["status"] == "awaiting_approval" and held["approval"] is not None
+    assert after["depends_on"] == sorted([first["tool_call_id"], second["tool_call_id"]])
+    for answer in (first, held, after):
+        read = agent.get(f"/api/v1/tool-calls/{answer['tool_call_id']}").json()
+        assert answer == read

@@ -15,7 +15,7 @@ from runs import selectors as run_selectors
 from runs.api import ERRORS, RunOut, StrictSchema, iso_time_only, run_out
 from runs.services import actor_for_key
 from toolcalls import capabilities, commands, lifecycle, propose, selectors
-from toolcalls.envelope import tool_call_out
+from toolcalls.envelope import new_call_relations, tool_call_out
 from toolcalls.models import AgentStatus
 from toolcalls.progress import progress
 
@@ -213,7 +213,8 @@ def propose_tool_call(
     )
     if not created:
         response["Idempotent-Replayed"] = "true"
-    return Status(201 if created else 200, tool_call_out(call))
+        return Status(200, tool_call_out(call))
+    return Status(201, tool_call_out(call, new_call_relations(call, payload.depends_on or [])))
 
 
 @router.get("/tool-calls/{tool_call_id}", response={200: ToolCallOut, **ERRORS})

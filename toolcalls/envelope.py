@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from approvals.models import Approval, ApprovalDecision
 from toolcalls import sql
-from toolcalls.models import AgentStatus, ToolCall
+from toolcalls.models import AgentStatus, E, ToolCall
 
 # Fields of a receipt that are our own plumbing, echoed back by the system, not its business
 # answer: the call carries them already (`idempotency_key`, `external_request_id`).
@@ -126,9 +126,21 @@ def _approvals_with_decisions(
     return [(approval, decisions[approval.pk]) for approval in approvals]
 
 
-def tool_call_out(call: ToolCall) -> dict[str, Any]:
-    """Every API answer about a tool call, and the `tool_call` of its webhooks."""
-    relations = sql.call_relations(call) if call.pk else sql.NO_RELATIONS
+def new_call_relations(call: ToolCall, depends_on: list[str]) -> sql.Relations:
+    """`sql.call_relations` of a call this request has just proposed, without reading them:
+    no attempt and no compensation yet, the dependencies it was given (all found, or the
+    proposal was refused), approvals when the policy held it. A worker that claims the call
+    meanwhile changes a row this answer does not show either: it describes the call as the
+    proposal left it. The statement was a twelfth of the request (profile_propose --via api)."""
+    held = call.execution_status == E.AWAITING_APPROVAL
+    return sql.Relations(0, None, sorted(set(depends_on)), held)
+
+
+def tool_call_out(call: ToolCall, relations: sql.Relations | None = None) -> dict[str, Any]:
+    """Every API answer about a tool call, and the `tool_call` of its webhooks. `relations`:
+    when the caller knows them (`new_call_relations`), they are not read."""
+    if relations is None:
+        relations = sql.call_relations(call) if call.pk else sql.NO_RELATIONS
     approvals = _approvals_with_decisions(call, relations)
     latest, latest_decisions = approvals[0] if approvals else (None, [])
     decided = next(((a, d) for a, d in approvals if d), None)

@@ -23,7 +23,7 @@ from runs.errors import (
 from runs.ids import new_id
 from runs.models import ApiKey, Decision, Run, Tenant, User
 from runs.selectors import run_get
-from toolcalls import capabilities, errors, gate, sql
+from toolcalls import capabilities, errors, gate, sql, sql_propose
 from toolcalls.capabilities import Capability
 from toolcalls.capabilities.base import OpenCall
 from toolcalls.checks import business_check, invalid
@@ -312,13 +312,6 @@ def tool_call_create(
 ) -> ToolCall:
     """Record a checked call with its `tool_call.proposed` event, then let the policy decide:
     held for approval, or authorized and dispatched. The run is locked."""
-    if sql.calls_in_run(run.pk) >= run.max_tool_calls:
-        raise DomainError(
-            errors.MAX_STEPS_EXCEEDED,
-            f"Run {run.pk} has used its {run.max_tool_calls} tool calls.",
-        )
-    if object_revision is not None:
-        _check_object(run, capability, object_ref, object_revision)
     call = ToolCall(
         tenant=run.tenant,
         run=run,
@@ -333,7 +326,7 @@ def tool_call_create(
         external_request_id=new_id("req"),
         compensation_of=compensation_of,
     )
-    sql.insert_call(call)
+    tally = _count_and_insert(run, call, capability)
     bind_log_ids(call)
     if dependencies:
         call.depends_on.set(dependencies)
@@ -344,15 +337,42 @@ def tool_call_create(
         actor=actor,
         producer="api",
     )
-    _ask_policy(call, capability, actor=actor, requested_by=requested_by)
+    _ask_policy(call, capability, actor, requested_by, tally.newest_policy_id)
     return call
 
 
+def _count_and_insert(run: Run, call: ToolCall, capability: Capability) -> sql_propose.RunTally:
+    """Within the run's budget: the call written (in the tally's statement when nothing is
+    checked in between). The events of this block take the chain head the tally read."""
+    if call.object_revision is None:
+        tally = sql_propose.run_tally_and_insert(call, max_calls=run.max_tool_calls)
+    else:
+        tally = sql_propose.run_tally(
+            run_id=run.pk, tenant_id=run.tenant_id, capability_id=capability.id
+        )
+    if tally.calls >= run.max_tool_calls:
+        raise DomainError(
+            errors.MAX_STEPS_EXCEEDED,
+            f"Run {run.pk} has used its {run.max_tool_calls} tool calls.",
+        )
+    if not tally.inserted:
+        if call.object_revision is not None:
+            _check_object(run, capability, call.object_ref, call.object_revision)
+        sql.insert_call(call)
+    if tally.head_read:
+        events.batch_knows_head(run.pk, tally.head, [call.pk])
+    return tally
+
+
 def _ask_policy(
-    call: ToolCall, capability: Capability, *, actor: str, requested_by: User | None
+    call: ToolCall,
+    capability: Capability,
+    actor: str,
+    requested_by: User | None,
+    newest_policy_id: int | None,
 ) -> None:
     """The current policy decides: held for people, or authorized and dispatched."""
-    needed = gate.requirement_for(call, capability)
+    needed = gate.requirement_for(call, capability, newest_policy_id)
     if needed.approvers:
         gate.tool_call_hold_for_approval(
             call=call,

@@ -261,9 +261,17 @@ _INSERT_CALL = (
 def insert_call(call: ToolCall) -> None:
     """INSERT a new call as `call.save(force_insert=True)` does (auto_now dates set, values
     prepared by their fields), without compiling it. ToolCall has no save signals."""
-    values = [field.get_db_prep_save(field.pre_save(call, True), connection) for field in _CALL]
     with connection.cursor() as cursor:
-        cursor.execute(_INSERT_CALL, values)
+        cursor.execute(_INSERT_CALL, call_values(call))
+    call_inserted(call)
+
+
+def call_values(call: ToolCall) -> list[Any]:
+    """The new call's column values, as `save(force_insert=True)` prepares them."""
+    return [field.get_db_prep_save(field.pre_save(call, True), connection) for field in _CALL]
+
+
+def call_inserted(call: ToolCall) -> None:
     call._state.adding, call._state.db = False, connection.alias
     call._remember(_CALL)  # as save() leaves it: it knows what it was written with
 

@@ -18,6 +18,7 @@ import jsonschema
 
 from config import telemetry
 from runs import scopes
+from runs.schema_check import Check, compile_schema
 from toolcalls import connectors, keepalive
 
 Problems = list[dict[str, str]]
@@ -180,7 +181,14 @@ class Capability:
         # Built once per contract: building it cost a proposal more than validating with it.
         return jsonschema.Draft202012Validator(self.input_schema)
 
+    @cached_property
+    def quick_check(self) -> Check | None:
+        # A quick "valid" before jsonschema's walk (runs/schema_check.py), built once too.
+        return compile_schema(self.input_schema)
+
     def validate(self, args: Any) -> Problems:
+        if self.quick_check is not None and self.quick_check(args):
+            return []
         problems = []
         for error in sorted(self.validator.iter_errors(args), key=lambda e: list(e.absolute_path)):
             path = ".".join(str(p) for p in error.absolute_path)

@@ -10,7 +10,8 @@ bearer key through Django's whole request handling in-process (`--via api`). The
 `--warmup` proposals are not counted (imports, caches, the first connection). Half of the
 rest run bare, timed with the process's CPU clock (the figure: CPU ms per proposal, no
 profiler), the other half under cProfile with the same clock (where the time goes). SQL
-statements are counted for every proposal. The dispatch messages the proposals publish land
+statements, and the CPU of the connection's PostgreSQL backend (/proc), are counted for every
+proposal. The dispatch messages the proposals publish land
 in the given Redis database, which is emptied before and after; no worker takes them.
 """
 
@@ -93,7 +94,9 @@ class Command(BaseCommand):
 
         middle = first + (total - first) // 2
         profiler = cProfile.Profile(time.process_time)
+        backend = _backend_pid()
         with connection.execute_wrapper(counted):
+            server_started = _cpu_seconds(backend)
             started = time.process_time()
             for i in range(first, middle):
                 propose(i)
@@ -102,11 +105,14 @@ class Command(BaseCommand):
                 profiler.enable()
                 propose(i)
                 profiler.disable()
+            server = _cpu_seconds(backend) - server_started
         calls = total - first
         self.stdout.write(
             f"proposals via {options['via']}: {calls} (after {first} not counted); "
             f"CPU ms per proposal, no profiler: {bare * 1000 / (middle - first):.2f}; "
-            f"SQL statements per proposal: {statements / calls:.2f}"
+            f"SQL statements per proposal: {statements / calls:.2f}; "
+            f"PostgreSQL CPU ms per proposal (its backend, all {calls}): "
+            f"{server * 1000 / calls:.2f}"
         )
         self.report(profiler, total - middle, options["top"])
         if options["dump"]:
@@ -123,6 +129,23 @@ class Command(BaseCommand):
             stats.sort_stats(sort).print_stats(top)
             self.stdout.write(f"-- by {sort} (seconds over {calls} proposals)")
             self.stdout.write(out.getvalue().split("ncalls", 1)[-1])
+
+
+def _backend_pid() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        return cursor.fetchone()[0]
+
+
+def _cpu_seconds(pid: int) -> float:
+    """The backend's CPU (user + system) from /proc: the server runs on this machine. The
+    profiler does not slow the server, so all the proposals count (in clock ticks: 10 ms)."""
+    from bench.cpu import _cpu_seconds as read
+
+    seconds = read(pid)
+    if seconds is None:
+        raise CommandError(f"cannot read /proc/{pid}/stat (is PostgreSQL on this machine?)")
+    return seconds
 
 
 def _args(i: int) -> dict[str, Any]:
