@@ -154,8 +154,10 @@ def clicks(
     broker: str,
     offset: int,
     profile: bool = False,
+    warmup: int = 0,
 ) -> dict[str, Any]:
     from approvals.models import Approval
+    from config import gc_freeze
     from toolcalls.propose import tool_call_propose
 
     tenant = _tenant()
@@ -170,6 +172,8 @@ def clicks(
     samples: list[dict[str, Any]] = []
     try:
         for i, run_id in enumerate(run_ids):
+            if i == warmup:  # the web process freezes what it loaded (config/wsgi.py)
+                gc_freeze.freeze()
             call, _ = tool_call_propose(
                 tenant=tenant,
                 run_id=run_id,
@@ -229,6 +233,7 @@ def clicks(
                 }
             )
             time.sleep(gap)
+        del samples[:warmup]  # the warm-up clicks: made the same way, not counted
         first, last = samples[0]["started"], time.time()
         background = monitor.all(
             "SELECT count(*) FROM runs_event WHERE event_type = 'tool_call.dispatching'"

@@ -97,6 +97,7 @@ def drive(
     rate: float = 0,
     poll_interval: float = 0.5,
 ) -> dict[str, Any]:
+    from config import gc_freeze
     from runs.models import Tenant
     from toolcalls.propose import tool_call_propose
 
@@ -147,6 +148,7 @@ def drive(
 
         analyzer = AutoAnalyze(monitor.conninfo)
         analyzer.start()
+        gc_freeze.freeze()  # the proposals stand in for the web process (config/wsgi.py)
         started, cpu_started = time.time(), time.process_time()
         deadline = time.monotonic() + timeout
         paced_from = time.monotonic()

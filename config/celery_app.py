@@ -8,7 +8,7 @@ from celery import Celery, signals
 from django.conf import settings
 from django.db import close_old_connections
 
-from config import telemetry
+from config import gc_freeze, telemetry
 from runs import logcontext
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.base")
@@ -30,6 +30,15 @@ def lower_the_cpu_priority(sender: Any = None, **kwargs: Any) -> None:
     per thread and inherited, so the pool's threads and forked children run at it too."""
     if settings.WORKER_NICE > 0:
         os.nice(settings.WORKER_NICE)
+
+
+@signals.worker_ready.connect
+@signals.worker_process_init.connect
+def freeze_what_startup_loaded(sender: Any = None, **kwargs: Any) -> None:
+    """No full garbage collection walks the worker's modules again (config/gc_freeze.py):
+    worker_ready in the main process (the threads pool runs tasks there), worker_process_init
+    in each child of the prefork pool."""
+    gc_freeze.freeze()
 
 
 @signals.task_prerun.connect

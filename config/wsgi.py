@@ -5,7 +5,7 @@ import os
 import django
 from django.core.handlers.wsgi import WSGIHandler
 
-from config import telemetry
+from config import gc_freeze, telemetry
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.base")
 
@@ -15,3 +15,5 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.base")
 django.setup(set_prefix=False)
 telemetry.configure("web")
 application = WSGIHandler()
+# What startup loaded stays for the process's life: no full collection walks it again.
+gc_freeze.freeze()

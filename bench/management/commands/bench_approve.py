@@ -60,6 +60,13 @@ class Command(BaseCommand):
         parser.add_argument("--recreate", action="store_true")
         parser.add_argument("--clicks", type=int, default=100)
         parser.add_argument("--gap", type=float, default=0.1, help="seconds between clicks")
+        parser.add_argument(
+            "--warmup-clicks",
+            type=int,
+            default=1,
+            help="clicks made first and not counted (the first request of a process fills "
+            "its caches: URL resolver, policies, validators)",
+        )
         parser.add_argument("--load", choices=["none", "dispatch"], default="none")
         parser.add_argument("--load-calls", type=int, default=6000, help="at most, proposed")
         parser.add_argument("--load-threads", type=int, default=4)
@@ -154,14 +161,15 @@ class Bench:
             sandbox, sandbox_url = start_sandbox(ROOT, self.env(), tmp / "sandbox", tmp)
             self.children.append(sandbox)
             load_calls = opts["load_calls"] if opts["load"] == "dispatch" else 0
+            clicks = opts["clicks"] + opts["warmup_clicks"]
             env = self.env(sandbox_url)
             setup = self.inner(
-                "setup", {"clicks": opts["clicks"], "load_calls": load_calls}, self.env(), tmp
+                "setup", {"clicks": clicks, "load_calls": load_calls}, self.env(), tmp
             )
             offset = setup["offset"]
             self.add_orders(sandbox_url, FIRST_ORDER + offset, max(1, load_calls), 100)
             self.add_orders(
-                sandbox_url, FIRST_CLICK_ORDER + offset, opts["clicks"], CLICK_CAPTURED_CENTS
+                sandbox_url, FIRST_CLICK_ORDER + offset, clicks, CLICK_CAPTURED_CENTS
             )
             stop_file, backlog_file = tmp / "stop-load", tmp / "backlog-proposed"
             loader = None
@@ -227,6 +235,7 @@ class Bench:
                 "broker": self.broker,
                 "offset": offset,
                 "profile": opts["profile"],
+                "warmup": opts["warmup_clicks"],
             }
             result = self.inner("clicks", spec, env, tmp)
             load_result = None
@@ -300,7 +309,7 @@ class Bench:
             f"{', -Q celery' if opts['interactive_workers'] else ''}), "
             f"{opts['interactive_workers']} more x -Q interactive "
             f"--concurrency {opts['interactive_concurrency']}; --load {opts['load']}; "
-            f"{r['clicks']} clicks, "
+            f"{r['clicks']} clicks (after {opts['warmup_clicks']} not counted), "
             f"{opts['gap']} s apart; load average {os.getloadavg()[0]:.1f}"
         )
         self.say(
