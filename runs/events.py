@@ -217,21 +217,41 @@ class _Batch:
             self.expected.setdefault(run_id, []).append(tool_call_id)
 
     def head(self, run_id: str, tool_call_id: str) -> tuple[dict[str, Any] | None, str]:
-        if run_id not in self.heads:
-            last, previous = sql.lock_and_read_head(run_id, tool_call_id)
-            self.heads[run_id] = last
-            if tool_call_id:
-                self.last_of_call[tool_call_id] = previous
-            others = [c for c in self.expected.get(run_id, ()) if c != tool_call_id]
-            if others:
-                # The run is locked now: one read for the other calls' last events, rather
-                # than one per call when each appends its first event.
-                found = sql.last_events_of_calls(others)
-                self.last_of_call.update({c: found.get(c, "") for c in others})
-            return last, previous
+        if run_id not in self.heads and not self._lock_expected(run_id):
+            self._lock_one(run_id, tool_call_id)
         if tool_call_id and tool_call_id not in self.last_of_call:
             self.last_of_call[tool_call_id] = sql.last_event_of_call(tool_call_id)
         return self.heads[run_id], self.last_of_call.get(tool_call_id, "")
+
+    def _lock_one(self, run_id: str, tool_call_id: str) -> None:
+        last, previous = sql.lock_and_read_head(run_id, tool_call_id)
+        self.heads[run_id] = last
+        if tool_call_id:
+            self.last_of_call[tool_call_id] = previous
+        self._read_calls_of([run_id], tool_call_id)
+
+    def _lock_expected(self, run_id: str) -> bool:
+        """The expected runs not held yet, from `run_id` on, locked and read together (3
+        statements for the batch rather than 2 or 3 per run: with a run per call, 5 of a
+        dispatched call's 42 statements). False (nothing done) where one run's path is as
+        cheap: fewer than two of them, or no row locks to take in one statement."""
+        waiting = [run for run in self.expected if run not in self.heads]
+        if run_id not in waiting or len(waiting) < 2 or connection.vendor != "postgresql":
+            return False
+        heads = sql.lock_and_read_heads(waiting, run_id)
+        if run_id not in heads:
+            raise Run.DoesNotExist(run_id)
+        self.heads.update(heads)
+        self._read_calls_of(list(heads), "")
+        return True
+
+    def _read_calls_of(self, run_ids: list[str], known: str) -> None:
+        # The runs are locked now: one read for their calls' last events, rather than one per
+        # call when each appends its first event.
+        calls = [c for run in run_ids for c in self.expected.get(run, ()) if c != known]
+        if calls:
+            found = sql.last_events_of_calls(calls)
+            self.last_of_call.update({c: found.get(c, "") for c in calls})
 
     def add(self, event: Event) -> None:
         self.heads[event.run_id] = {"id": event.id, "seq": event.seq, "hash": event.hash}

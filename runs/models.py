@@ -261,9 +261,19 @@ class Event(models.Model):
     event_type = models.CharField(max_length=100)
     schema_version = models.PositiveSmallIntegerField()
     producer = models.CharField(max_length=100)
+    # No database FOREIGN KEY: it checked, at each event's commit, what the run's key already
+    # holds. The one write path (runs.events.append) copies the tenant from the event's run,
+    # whose own key (kept, checked) points at a tenant its FK protects; a run never changes
+    # tenant. The check cost a `SELECT … FOR KEY SHARE` on runs_tenant per event row, ~7 per
+    # dispatched call (issue 12). Django's PROTECT still refuses deleting a tenant with events.
+    # tests/test_event_tenant_key.py proves what it guarded is still held.
     tenant = models.ForeignKey(
-        Tenant, on_delete=models.PROTECT, related_name="events", db_index=False
-    )  # (tenant, recorded_at) below serves tenant lookups
+        Tenant,
+        on_delete=models.PROTECT,
+        related_name="events",
+        db_index=False,  # (tenant, recorded_at) below serves tenant lookups
+        db_constraint=False,
+    )
     # Who caused it: "user:<username>", "api_key:<id>" or "system:<component>".
     actor = models.CharField(max_length=200, blank=True)
     turn_id = models.CharField(max_length=100, blank=True)

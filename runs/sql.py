@@ -46,6 +46,35 @@ def lock_and_read_head(run_id: str, tool_call_id: str) -> tuple[dict[str, Any] |
     return dict(zip(("id", "seq", "hash", "tool_call_id"), row[:4], strict=True)), row[4] or ""
 
 
+# A batch's runs (those from the one it first writes about on, in the database's order of
+# ids: the order every batch locks its runs in, so two batches wait instead of deadlocking)
+# in one statement, then their last events in one more (each an index probe of (run, seq)).
+_LOCK_RUNS = "SELECT id FROM runs_run WHERE id = ANY(%s) AND id >= %s ORDER BY id FOR UPDATE"
+_HEADS = (
+    "SELECT r.id, e.id, e.seq, e.hash, e.tool_call_id FROM unnest(%s::varchar[]) AS r(id)"
+    " LEFT JOIN LATERAL (SELECT id, seq, hash, tool_call_id FROM runs_event"
+    " WHERE run_id = r.id ORDER BY seq DESC LIMIT 1) e ON true"
+)
+
+
+def lock_and_read_heads(run_ids: list[str], first: str) -> dict[str, dict[str, Any] | None]:
+    """`lock_and_read_head` of the runs of `run_ids` from `first` on (PostgreSQL only): run id
+    -> its last event (None when it has none yet), for the runs that exist. Two statements
+    for any number of runs, for the same reason as there: the read must not share the lock's
+    snapshot."""
+    with connection.cursor() as cursor:
+        cursor.execute(_LOCK_RUNS, [list(run_ids), first])
+        locked = [row[0] for row in cursor.fetchall()]
+        if not locked:
+            return {}
+        cursor.execute(_HEADS, [locked])
+        rows = cursor.fetchall()
+    fields = ("id", "seq", "hash", "tool_call_id")
+    return {
+        row[0]: None if row[1] is None else dict(zip(fields, row[1:], strict=True)) for row in rows
+    }
+
+
 def last_event_of_call(tool_call_id: str) -> str:
     """The id of the tool call's last stored event ('' when none), for a run already locked."""
     with connection.cursor() as cursor:
