@@ -217,6 +217,8 @@ class _Batch:
             self.expected.setdefault(run_id, []).append(tool_call_id)
 
     def head(self, run_id: str, tool_call_id: str) -> tuple[dict[str, Any] | None, str]:
+        if run_id not in self.heads and run_id in self.expected:
+            self._read_expected()
         if run_id not in self.heads:
             last, previous = sql.lock_and_read_head(run_id, tool_call_id)
             self.heads[run_id] = last
@@ -232,6 +234,18 @@ class _Batch:
         if tool_call_id and tool_call_id not in self.last_of_call:
             self.last_of_call[tool_call_id] = sql.last_event_of_call(tool_call_id)
         return self.heads[run_id], self.last_of_call.get(tool_call_id, "")
+
+    def _read_expected(self) -> None:
+        """At the first event in a run the block was told of: every such run locked and its
+        head read at once, with its calls' last events, when there are several (a dispatch
+        batch's calls in as many runs: two statements per run and transaction before)."""
+        runs = [run_id for run_id in self.expected if run_id not in self.heads]
+        if len(runs) < 2 or connection.vendor != "postgresql":
+            return  # one run: `lock_and_read_head` reads its head and a call's last together
+        self.heads.update(sql.lock_and_read_heads(runs))
+        calls = [c for run_id in runs for c in self.expected[run_id] if c not in self.last_of_call]
+        found = sql.last_events_of_calls(calls)
+        self.last_of_call.update({c: found.get(c, "") for c in calls})
 
     def add(self, event: Event) -> None:
         self.heads[event.run_id] = {"id": event.id, "seq": event.seq, "hash": event.hash}

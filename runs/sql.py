@@ -46,6 +46,32 @@ def lock_and_read_head(run_id: str, tool_call_id: str) -> tuple[dict[str, Any] |
     return dict(zip(("id", "seq", "hash", "tool_call_id"), row[:4], strict=True)), row[4] or ""
 
 
+# Many runs at once (an event batch told its calls, toolcalls/dispatch_batch.py): the runs
+# locked in one statement, in id order as the batch's calls are handled, then their heads read
+# in one, after the locks are granted (as above: not in the locking statement).
+_LOCK_RUNS = "SELECT id FROM runs_run WHERE id = ANY(%s) ORDER BY id FOR UPDATE"
+_HEADS = (
+    "SELECT r.id, e.id, e.seq, e.hash, e.tool_call_id FROM unnest(%s::varchar[]) AS r(id)"
+    " LEFT JOIN LATERAL (SELECT id, seq, hash, tool_call_id FROM runs_event"
+    " WHERE run_id = r.id ORDER BY seq DESC LIMIT 1) AS e ON true"
+)
+
+
+def lock_and_read_heads(run_ids: list[str]) -> dict[str, dict[str, Any] | None]:
+    """`lock_and_read_head` of many runs (their heads only) in two statements, PostgreSQL's."""
+    with connection.cursor() as cursor:
+        cursor.execute(_LOCK_RUNS, [sorted(run_ids)])
+        missing = set(run_ids) - {row[0] for row in cursor.fetchall()}
+        if missing:
+            raise Run.DoesNotExist(", ".join(sorted(missing)))
+        cursor.execute(_HEADS, [list(run_ids)])
+        rows = cursor.fetchall()
+    keys = ("id", "seq", "hash", "tool_call_id")
+    return {
+        row[0]: None if row[1] is None else dict(zip(keys, row[1:], strict=True)) for row in rows
+    }
+
+
 def last_event_of_call(tool_call_id: str) -> str:
     """The id of the tool call's last stored event ('' when none), for a run already locked."""
     with connection.cursor() as cursor:
