@@ -28,7 +28,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from runs import events, logcontext
+from runs import events, logcontext, transitions
 from runs import sql as runs_sql
 from runs.faults import crashpoint
 from runs.models import OutboxMessage
@@ -249,7 +249,8 @@ def verify_batch(accepted: list[tuple[ToolCall, str]]) -> None:
             calls = sql.lock_calls(list(observed))
             _mark_done([outbox_id for outbox_id, _ in observed.values()])
             confirmed: list[str] = []
-            with events.batch(_runs_of(calls)), webhooks.hooks_read_once():
+            batch = events.batch(_runs_of(calls))
+            with batch, webhooks.hooks_read_once(), transitions.saved_together(calls):
                 for call in calls:
                     bind_log_ids(call)
                     _, judgment = observed[call.pk]

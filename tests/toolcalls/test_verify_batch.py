@@ -41,6 +41,7 @@ def test_a_batch_wakes_the_calls_waiting_for_it_and_marks_its_messages_once(
 
     assert all(fresh(c).verification_status == "confirmed_success" for c in calls)
     assert statements(queries)["UPDATE runs_outboxmessage"] == 1
+    assert statements(queries)["UPDATE toolcalls_toolcall"] == 1  # the three calls together
     assert not OutboxMessage.objects.filter(pk__in=[m for _, m in accepted], done_at=None)
     assert undone.count() == 1  # woken: dispatched again now that its dependency is confirmed
     dispatch.tool_call_dispatch(tool_call_id=waiting.pk, outbox_id=undone.get().pk)
