@@ -12,7 +12,8 @@ from django.test.utils import CaptureQueriesContext
 
 from runs import sql
 from runs.models import Run
-from runs.services import run_transition
+from runs.services import run_start, run_transition
+from runs.transitions import saved_together
 from tests.helpers import REFUND, propose_in
 from tests.sandbox_process import Sandbox
 from toolcalls import lifecycle
@@ -86,3 +87,51 @@ def test_a_runs_transition_writes_only_what_changed(run: Run) -> None:
     stored = Run.objects.get(pk=run.pk)
     assert stored.state == "waiting" and stored.updated_at == locked.updated_at
     assert _values(stored, "state", "updated_at") == _values(run, "state", "updated_at")
+
+
+def test_many_rows_in_one_statement_are_the_ones_the_orms_saves_leave(
+    run: Run, sandbox: Sandbox
+) -> None:
+    by_orm = [propose_in(run, {**REFUND, "amount_cents": 7 + i}, intent=f"o{i}") for i in range(2)]
+    by_sql = [propose_in(run, {**REFUND, "amount_cents": 9 + i}, intent=f"s{i}") for i in range(2)]
+    with transaction.atomic():
+        orm = [ToolCall.objects.get(pk=c.pk) for c in by_orm]
+        written = [ToolCall.objects.get(pk=c.pk) for c in by_sql]
+        for call in orm + written:
+            _change(call)
+        written[1].result = {"other": True}  # each row its own values
+        orm[1].result = {"other": True}
+        for call in orm:
+            call.save(update_fields=call.changed_fields())
+        with CaptureQueriesContext(connection) as queries:
+            sql.update_many(written, written[0].changed_fields())
+
+    assert len(queries) == 1 and queries[0]["sql"].startswith('UPDATE "toolcalls_toolcall" AS')
+    assert [call.changed_fields() for call in written] == [["updated_at"]] * 2
+    leave_out = ("id", "args", "args_digest", "idempotency_key", "external_request_id")
+    for mine, theirs, before in zip(written, orm, by_sql, strict=True):
+        stored, expected = ToolCall.objects.get(pk=mine.pk), ToolCall.objects.get(pk=theirs.pk)
+        times = ("intent", "created_at", "updated_at")
+        assert _values(stored, *leave_out, *times) == _values(expected, *leave_out, *times)
+        assert stored.updated_at == mine.updated_at > before.updated_at
+        assert (stored.args, stored.intent) == (before.args, before.intent)  # not written
+
+
+def test_many_rows_with_one_gone_raise(run: Run, sandbox: Sandbox) -> None:
+    calls = [ToolCall.objects.get(pk=propose_in(run, intent=f"g{i}").pk) for i in range(2)]
+    calls[1].pk = "tc_gone"
+    with pytest.raises(DatabaseError, match="did not affect every row"), transaction.atomic():
+        sql.update_many(calls, ["external_id"])
+
+
+def test_rows_saved_together_are_only_those_that_took_a_transition(run: Run) -> None:
+    other, _ = run_start(tenant=run.tenant, title="other", actor="test")
+    with transaction.atomic():
+        moved, still = lifecycle.run_lock(run.pk), lifecycle.run_lock(other.pk)
+        with CaptureQueriesContext(connection) as queries, saved_together([moved, still]):
+            run_transition(moved, "wait", actor="test", producer="test", reason="r")
+            assert Run.objects.get(pk=run.pk).state == run.state  # not saved yet
+
+    updates = [q["sql"] for q in queries if q["sql"].startswith('UPDATE "runs_run"')]
+    assert len(updates) == 1 and Run.objects.get(pk=run.pk).state == "waiting"
+    assert Run.objects.get(pk=other.pk).updated_at == other.updated_at  # not written

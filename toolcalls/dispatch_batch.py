@@ -28,11 +28,11 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from runs import events, logcontext
+from runs import events, logcontext, transitions
 from runs import sql as runs_sql
 from runs.faults import crashpoint
 from runs.models import OutboxMessage
-from toolcalls import sql
+from toolcalls import sql, webhooks
 from toolcalls.dispatch import (
     Claim,
     claim_locked,
@@ -119,7 +119,7 @@ def claim_batch(items: list[tuple[str, str | None]], *, worker: str = "") -> lis
     _mark_done([outbox_id for call_id, outbox_id in items if outbox_id and call_id in handled])
     now = timezone.now()
     readiness = sql.readiness_of(calls)
-    with events.batch(_runs_of(calls)):
+    with events.batch(_runs_of(calls)), webhooks.hooks_read_once():
         # The attempts are inserted after the loop: count those this batch takes in a run, as
         # the single path's next claim would count them in the database.
         taken: Counter[str] = Counter()
@@ -220,7 +220,7 @@ def record_batch(sent: list[tuple[Claim, Outcome]]) -> list[tuple[ToolCall, str]
     calls = sql.lock_calls(list(by_id))
     now = timezone.now()
     writes = RecordWrites()
-    with events.batch(_runs_of(calls)):
+    with events.batch(_runs_of(calls)), webhooks.hooks_read_once():
         for call in calls:
             bind_log_ids(call)
             claim, outcome = by_id[call.pk]
@@ -249,7 +249,8 @@ def verify_batch(accepted: list[tuple[ToolCall, str]]) -> None:
             calls = sql.lock_calls(list(observed))
             _mark_done([outbox_id for outbox_id, _ in observed.values()])
             confirmed: list[str] = []
-            with events.batch(_runs_of(calls)):
+            batch = events.batch(_runs_of(calls))
+            with batch, webhooks.hooks_read_once(), transitions.saved_together(calls):
                 for call in calls:
                     bind_log_ids(call)
                     _, judgment = observed[call.pk]
