@@ -51,3 +51,25 @@ def statement_lines(url: str, calls: int, limit: int = 12) -> list[str]:
             f"{s['blks'] / calls:7.1f}  {s['query'][:150]}"
         )
     return lines
+
+
+def database_line(db: dict[str, int], commits: int, calls: int) -> str:
+    """The database's counters per call (pg_stat_database deltas; `commits` with the
+    benchmark's own taken out)."""
+    return (
+        f"    commits {commits / calls:.2f}, rollbacks {db['xact_rollback'] / calls:.2f}, "
+        f"rows inserted {db['tup_inserted'] / calls:.2f}, updated "
+        f"{db['tup_updated'] / calls:.2f}, fetched {db['tup_fetched'] / calls:.1f}"
+    )
+
+
+def table_line(before: dict[str, dict], after: dict[str, dict], calls: int) -> str:
+    """Rows inserted and updated and scans per call, for each table the run touched."""
+    rows = []
+    for table, now in sorted(after.items()):
+        was = before.get(table, {})
+        ins, upd = now["ins"] - was.get("ins", 0), now["upd"] - was.get("upd", 0)
+        scans = now["scans"] - was.get("scans", 0)
+        if ins or upd or scans:
+            rows.append(f"{table} +{ins / calls:.2f}/~{upd / calls:.2f}/scan {scans / calls:.1f}")
+    return "    per table (ins/upd/index+seq scans): " + "; ".join(rows)

@@ -398,25 +398,12 @@ class Bench:
             f"and ANALYZE's {r['monitor_statements']} statements taken out; "
             f"{describe_analyze(r.get('analyzed'))}):"
         )
-        self.say(
-            f"    commits {commits / calls:.2f}, rollbacks {db['xact_rollback'] / calls:.2f}, "
-            f"rows inserted {db['tup_inserted'] / calls:.2f}, updated "
-            f"{db['tup_updated'] / calls:.2f}, fetched {db['tup_fetched'] / calls:.1f}"
-        )
+        self.say(pgreport.database_line(db, commits, calls))
         self.say(
             f"    statements issued by the proposals (client side): "
             f"{r['propose_statements'] / calls:.1f}/call"
         )
-        rows = []
-        for table, now in sorted(tables_after.items()):
-            was = tables_before.get(table, {})
-            ins, upd = now["ins"] - was.get("ins", 0), now["upd"] - was.get("upd", 0)
-            scans = now["scans"] - was.get("scans", 0)
-            if ins or upd or scans:
-                rows.append(
-                    f"{table} +{ins / calls:.2f}/~{upd / calls:.2f}/scan {scans / calls:.1f}"
-                )
-        self.say("    per table (ins/upd/index+seq scans): " + "; ".join(rows))
+        self.say(pgreport.table_line(tables_before, tables_after, calls))
         machine = cpu.pop("machine")
         self.cpu_per_call = {name: seconds * 1000 / calls for name, seconds in cpu.items()}
         parts = ", ".join(f"{name} {ms:.2f}" for name, ms in self.cpu_per_call.items())
