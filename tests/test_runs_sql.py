@@ -12,7 +12,6 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from runs import events
-from runs import services as run_services
 from runs.models import Event, Run
 
 pytestmark = pytest.mark.django_db
@@ -135,51 +134,3 @@ def test_a_failed_batch_writes_nothing(run: Run) -> None:
         1 / 0  # noqa: B018
 
     assert Event.objects.filter(run=run).count() == before
-
-
-def _two_runs(runs: list[Run]) -> None:
-    """A call's events in each run, in run order, as a dispatch batch appends them."""
-    for run, tool_call_id in zip(runs, ("tc_one", "tc_two"), strict=True):
-        for _ in range(2):
-            events.append(
-                run=run,
-                event_type="tool_call.deferred",
-                payload={"error_name": "tool.circuit_open", "until": "2026-01-02T03:04:06Z"},
-                producer="test",
-                actor="system:test",
-                ids=events.Ids(tool_call_id=tool_call_id),
-            )
-
-
-def test_a_batch_told_calls_in_several_runs_locks_and_reads_them_at_once(
-    run: Run, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    other, _ = run_services.run_start(tenant=run.tenant, title="other", actor="test")
-    runs = sorted([run, other], key=lambda r: r.pk)
-    with transaction.atomic():
-        _two_runs(runs)  # heads and calls' last events to find
-
-    def written(batched: bool) -> list[dict[str, Any]]:
-        counter = itertools.count(1)
-        monkeypatch.setattr(
-            Event._meta.get_field("id"), "_get_default", lambda: f"ev_test{next(counter):04d}"
-        )
-        monkeypatch.setattr(events.timezone, "now", lambda: MOMENT)
-        with transaction.atomic():
-            if batched:
-                calls = {"tc_one": runs[0].pk, "tc_two": runs[1].pk}
-                with CaptureQueriesContext(connection) as queries, events.batch(calls):
-                    _two_runs(runs)
-                locks = [q["sql"] for q in queries if "FOR UPDATE" in q["sql"]]
-                assert len(queries) == 4  # lock, heads, the calls' last events, one INSERT
-                assert len(locks) == 1 and "ANY(" in locks[0]  # both runs, one statement
-            else:
-                _two_runs(runs)
-            found = Event.objects.filter(id__startswith="ev_test")
-            rows = list(found.order_by("run_id", "seq").values())
-            transaction.set_rollback(True)
-        return rows
-
-    single = written(batched=False)
-    assert len(single) == 4
-    assert written(batched=True) == single
