@@ -78,6 +78,16 @@ def save_changed(obj: models.Model) -> None:
         sql.update_fields(obj, changed)
 
 
+def save_fields(obj: models.Model, names: list[str]) -> None:
+    """`obj.save(update_fields=names)` for a change that is not a transition, or, inside a
+    block that saves `obj` when it ends (`saved_once`, `saved_together`), left to that save:
+    a verification that is not conclusive yet, judged in its call's record transaction."""
+    if id(obj) in _saved_later():
+        _touched().add(id(obj))
+    else:
+        obj.save(update_fields=names)
+
+
 _local = threading.local()
 
 
@@ -96,7 +106,10 @@ def saved_once(obj: models.Model) -> Iterator[None]:
     transition, in the same transaction. Nothing in the block may read the row back from the
     database; a block that raises saves nothing (its transaction rolls back)."""
     rows = _saved_later()
-    if id(obj) in rows:  # nested: the outer block saves it
+    if id(obj) in rows:
+        # Nested: the outer block saves it, as this block would have (touched, for an outer
+        # `saved_together`, which saves only the rows that took a transition).
+        _touched().add(id(obj))
         yield
         return
     rows[id(obj)] = obj
@@ -104,6 +117,7 @@ def saved_once(obj: models.Model) -> Iterator[None]:
         yield
     finally:
         del rows[id(obj)]
+        _touched().discard(id(obj))  # `apply` marks it; an id left here could name another row
     save_changed(obj)
 
 

@@ -20,7 +20,7 @@ import os
 import threading
 from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import replace
 from typing import TypeVar
 
@@ -41,9 +41,9 @@ from toolcalls.dispatch import (
     tool_call_dispatch,
 )
 from toolcalls.models import Attempt, ToolCall
-from toolcalls.record import RecordWrites
+from toolcalls.record import RecordWrites, external_id_of
 from toolcalls.send import Outcome, send
-from toolcalls.verify import judge, observe, wake_dependents
+from toolcalls.verify import judge, observe, observe_answer, wake_dependents
 from toolcalls.writes import bind_log_ids
 
 log = logging.getLogger(__name__)
@@ -74,16 +74,30 @@ def tool_calls_dispatch_batch(items: list[tuple[str, str | None]], *, worker: st
     # sweeper hands the call to reconciliation, as when a single-call worker dies there.
     pairs = zip(claims, outcomes, strict=True)
     sent = [(claim, outcome) for claim, outcome in pairs if outcome is not None]
+    # Observed before the record, so that each answer and its verification are written in one
+    # transaction; a call whose observation failed or came late is recorded all the same and
+    # its verification's message runs later.
+    judgments = observe_batch(sent)
     try:
-        accepted = record_batch(sent)
+        record_batch(sent, judgments)
     except Exception:
-        if len(sent) == 1:
+        if len(sent) == 1 and not judgments:
             raise
-        # The answers are not lost with the batch's transaction: each is recorded alone.
-        log.exception("recording a batch of %d failed; recording one by one", len(sent))
-        accepted = _record_one_by_one(sent)
-    if accepted:
-        verify_batch(accepted)
+        # The answers are not lost with the batch's transaction: recorded without the
+        # judgments, then one by one, and verified apart, as before the two were merged.
+        log.exception("recording a batch of %d failed; recording apart", len(sent))
+        accepted = _record_apart(sent)
+        if accepted:
+            verify_batch(accepted)
+
+
+def _record_apart(sent: list[tuple[Claim, Outcome]]) -> list[tuple[ToolCall, str]]:
+    if len(sent) > 1:
+        try:
+            return record_batch(sent)
+        except Exception:
+            log.exception("recording a batch of %d failed; recording one by one", len(sent))
+    return _record_one_by_one(sent)
 
 
 def _dispatch_one_by_one(items: list[tuple[str, str | None]], worker: str) -> None:
@@ -119,7 +133,10 @@ def claim_batch(items: list[tuple[str, str | None]], *, worker: str = "") -> lis
     _mark_done([outbox_id for call_id, outbox_id in items if outbox_id and call_id in handled])
     now = timezone.now()
     readiness = sql.readiness_of(calls)
-    with events.batch(_runs_of(calls)), webhooks.hooks_read_once():
+    # The claimed calls are saved when the block ends: one UPDATE for those that changed the
+    # same columns (all of them, for a batch of plain claims), rather than one per call.
+    batch = events.batch(_runs_of(calls))
+    with batch, webhooks.hooks_read_once(), transitions.saved_together(calls):
         # The attempts are inserted after the loop: count those this batch takes in a run, as
         # the single path's next claim would count them in the database.
         taken: Counter[str] = Counter()
@@ -196,41 +213,95 @@ def _pool() -> ThreadPoolExecutor:
     return pool
 
 
-def concurrently(function: Callable[[T], R], items: list[T]) -> list[R]:
-    """function(item) for each item, in the process's send pool; the results in order. The
+def concurrently(
+    function: Callable[[T], R], items: list[T], *, timeout: float | None = None
+) -> list[R | None]:
+    """function(item) for each item, in the process's send pool; the results in order, None
+    for those not done within `timeout` seconds (they run on, their results dropped). The
     functions must not use the database: the pool's threads have no transaction of ours."""
     if len(items) <= 1:
         return [function(item) for item in items]  # a batch of one waits for no thread
     # Each in a copy of this context: its log lines and spans name the task's ids.
     futures = [_pool().submit(contextvars.copy_context().run, function, i) for i in items]
-    return [future.result() for future in futures]
+    done, _ = wait(futures, timeout=timeout)
+    return [future.result() if future in done else None for future in futures]
 
 
 # --- record and verify ----------------------------------------------------------------------
 
 
+# How long a batch waits for its observations before it records without them. The claim's
+# lease has LEASE_MARGIN_SECONDS (10) beyond the send's timeout: the record must commit well
+# before it runs out, or the sweeper hands the answered call to reconciliation.
+OBSERVE_SECONDS = 2.0
+
+
+def observe_batch(sent: list[tuple[Claim, Outcome]]) -> dict[str, str]:
+    """The verification's observation of every answer that will be accepted, concurrently and
+    before it is recorded (the external system's state does not wait for our commit): the
+    judgments by call id, without those that raised or were not back in OBSERVE_SECONDS."""
+    asked = [
+        (claim, outcome)
+        for claim, outcome in sent
+        if outcome.kind == "confirmed" and claim.capability.verify is not None
+    ]
+    judgments = concurrently(_observe_answer, asked, timeout=OBSERVE_SECONDS)
+    return {
+        claim.tool_call_id: judgment
+        for (claim, _), judgment in zip(asked, judgments, strict=True)
+        if judgment is not None
+    }
+
+
+def _observe_answer(sent: tuple[Claim, Outcome]) -> str | None:
+    claim, outcome = sent
+    logcontext.bind(tenant=claim.tenant_slug, run_id=claim.run_id, tool_call_id=claim.tool_call_id)
+    external_id = external_id_of(claim.capability, outcome.body)
+    try:
+        return observe_answer(
+            claim.capability, claim.tenant_slug, external_id, claim.args, timeout=OBSERVE_SECONDS
+        )
+    except Exception:
+        log.exception("observing %s raised; its verification message will run", claim.tool_call_id)
+        return None
+
+
 @transaction.atomic
-def record_batch(sent: list[tuple[Claim, Outcome]]) -> list[tuple[ToolCall, str]]:
-    """Record every outcome in one transaction, each only if its claim is still current.
-    Returns the accepted calls to verify now, with their verification's outbox message."""
+def record_batch(
+    sent: list[tuple[Claim, Outcome]], judgments: dict[str, str] | None = None
+) -> list[tuple[ToolCall, str]]:
+    """Record every outcome in one transaction, each only if its claim is still current, and
+    the verification of each accepted call observed already (`judgments`, by call id) in the
+    same one. Returns the accepted calls left to verify, with their verification's message."""
     if not sent:
         return []
     by_id = {claim.tool_call_id: (claim, outcome) for claim, outcome in sent}
+    judgments = judgments or {}
     accepted = []
+    confirmed: list[str] = []
     calls = sql.lock_calls(list(by_id))
     now = timezone.now()
     writes = RecordWrites()
-    with events.batch(_runs_of(calls)), webhooks.hooks_read_once():
+    # Every call saved once, when both its record and its verification are written: one
+    # UPDATE for the calls that changed the same columns.
+    batch = events.batch(_runs_of(calls))
+    with batch, webhooks.hooks_read_once(), transitions.saved_together(calls):
         for call in calls:
             bind_log_ids(call)
             claim, outcome = by_id[call.pk]
             verify_now = record_locked(call, claim, outcome, now, writes=writes)
             if verify_now:
                 accepted.append(verify_now)
+        judged = [(call, message) for call, message in accepted if call.pk in judgments]
+        writes.verified_already({message for _, message in judged})
         # The attempts' ends, receipts, revisions and verification messages of every call:
         # one statement of each kind.
         writes.flush()
-    return accepted
+        for call, _ in judged:
+            bind_log_ids(call)
+            judge(call.pk, None, judgments[call.pk], locked=call, confirmed=confirmed)
+    wake_dependents(confirmed)  # read once the judgments are written, as each judge would
+    return [(call, message_id) for call, message_id in accepted if call.pk not in judgments]
 
 
 def verify_batch(accepted: list[tuple[ToolCall, str]]) -> None:

@@ -14,6 +14,8 @@ from collections import Counter
 from datetime import datetime
 from typing import Any
 
+from django.utils import timezone
+
 from runs import outbox
 from runs import sql as runs_sql
 from runs.models import OutboxMessage
@@ -46,6 +48,14 @@ class RecordWrites:
         """Before anything counts attempts by how they ended (a retry's count, the breaker)."""
         ends, self.attempt_ends = self.attempt_ends, []
         sql.end_attempts(ends)
+
+    def verified_already(self, message_ids: set[str]) -> None:
+        """These verification messages are written done: their calls' verifications are
+        judged in this transaction (a batch that observed before it recorded)."""
+        done_at = timezone.now()
+        for message in self.messages[False]:
+            if message.pk in message_ids:
+                message.done_at = done_at
 
     def flush(self) -> None:
         self.flush_attempt_ends()
@@ -86,7 +96,7 @@ def tool_call_accept(
     own = writes is None
     writes = writes or RecordWrites()
     producer = "dispatcher" if source == Receipt.Source.DISPATCH else "reconciler"
-    external_id = str(body.get(capability.external_id_field, ""))
+    external_id = external_id_of(capability, body)
     receipt = Receipt(
         tool_call=call,
         attempt_id=attempt_id,
@@ -116,6 +126,11 @@ def tool_call_accept(
     if own:
         writes.flush()
     return message_id
+
+
+def external_id_of(capability: Capability, body: dict[str, Any]) -> str:
+    """The operation's id at the external system, from its answer."""
+    return str(body.get(capability.external_id_field, ""))
 
 
 def _start_verification(

@@ -4,10 +4,12 @@ all that is left when the command's own answer was lost."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db import transaction
 
-from runs import outbox
-from toolcalls.capabilities import TrustedData, UpstreamUnavailable
+from runs import outbox, transitions
+from toolcalls.capabilities import Capability, TrustedData, UpstreamUnavailable
 from toolcalls.models import E, ToolCall, V
 from toolcalls.writes import (
     DISPATCH_TASK,
@@ -44,9 +46,21 @@ def tool_call_verify(
 
 def observe(call: ToolCall) -> str:
     """Look at the system (no database): the capability's judgment, or "unavailable"."""
-    capability = capability_of(call)
+    return observe_answer(capability_of(call), call.tenant.slug, call.external_id, call.args)
+
+
+def observe_answer(
+    capability: Capability,
+    tenant_slug: str,
+    external_id: str,
+    args: dict[str, Any],
+    timeout: float = 5.0,
+) -> str:
+    """`observe` from what a dispatch knows before it records the answer (a batch observes
+    first and writes the record and the judgment in one transaction). `timeout` bounds each
+    read's connect and every wait for bytes."""
     try:
-        return capability.verify(TrustedData(call.tenant.slug), call.external_id, call.args)
+        return capability.verify(TrustedData(tenant_slug, timeout=timeout), external_id, args)
     except UpstreamUnavailable:
         return "unavailable"
 
@@ -87,7 +101,7 @@ def judge(
             reason=f"{judgment} after {call.verifications} observations",
         )
         return
-    call.save(update_fields=["verifications", "updated_at"])
+    transitions.save_fields(call, ["verifications", "updated_at"])
     outbox.enqueue(VERIFY_TASK, call.pk, countdown=0.5 * 2**call.verifications)
 
 

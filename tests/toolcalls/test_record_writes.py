@@ -73,7 +73,7 @@ def test_a_batch_records_with_one_statement_of_each_kind(run: Run, sandbox: Sand
 
     assert len(accepted) == 4
     assert statements(queries) == {
-        "UPDATE toolcalls_toolcall": 4,  # one per call, not one per transition
+        "UPDATE toolcalls_toolcall": 1,  # the four calls together, not one per transition
         "UPDATE toolcalls_attempt": 1,
         "INSERT toolcalls_receipt": 1,
         "UPDATE toolcalls_objectrevision": 1,
