@@ -76,8 +76,11 @@ def test_an_inconclusive_verification_is_written_as_the_single_path_writes_it(
     single, *batched = refunds(run, 3)
 
     dispatch.tool_call_dispatch(tool_call_id=single.pk, outbox_id=message_of(single).pk)
-    dispatch_batch.tool_calls_dispatch_batch(items_of(batched))
+    with CaptureQueriesContext(connection) as queries:
+        dispatch_batch.tool_calls_dispatch_batch(items_of(batched))
 
+    # The claims, then the records with their verifications' counts: not one more per call.
+    assert statements(queries)["UPDATE toolcalls_toolcall"] == 2
     for call in batched:
         assert rows(call) == rows(single)
         assert story(call) == story(single)
