@@ -27,7 +27,7 @@ from tests.toolcalls.test_dispatch_batch import (
 )
 from tests.toolcalls.test_record_writes import statements
 from toolcalls import dispatch, dispatch_batch, verify
-from toolcalls.models import ToolCall
+from toolcalls.models import ObjectRevision, ToolCall
 from toolcalls.writes import DISPATCH_TASK, VERIFY_TASK, tool_call_transition
 
 pytestmark = pytest.mark.django_db
@@ -223,3 +223,20 @@ def test_a_row_saved_once_inside_saved_together_is_saved_by_it_and_forgotten(
     assert fresh(call).last_error_name == "tool.test"
     assert fresh(call).execution_status == "cancelled"
     assert id(alone) not in transitions._touched()  # nothing left to name another row
+
+
+def test_a_dependency_that_fails_in_the_claim_cancels_its_dependent_in_the_same_batch(
+    run: Run, sandbox: Sandbox
+) -> None:
+    """The dependent's claim reads its dependency from the database: the batch's claims are
+    saved one by one when a call has dependencies, so it reads the dependency failed."""
+    moved = {**REFUND, "order_id": "order-003"}
+    dependency = propose_in(run, moved, intent="dependency", object_revision=1)
+    dependent = propose_in(run, intent="dependent", depends_on=[dependency.pk])
+    ObjectRevision.objects.filter(ref="order:order-003").update(revision=2)
+
+    dispatch_batch.tool_calls_dispatch_batch(items_of([dependency, dependent]))
+
+    assert fresh(dependency).last_error_name == "precondition.conflict"
+    assert fresh(dependent).execution_status == "cancelled"
+    assert_log_matches_state()
