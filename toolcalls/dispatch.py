@@ -26,9 +26,9 @@ from runs.models import Run
 from toolcalls import breaker, capabilities, errors, gate, sql
 from toolcalls.capabilities import Capability
 from toolcalls.models import Attempt, CircuitBreaker, E, ObjectRevision, Receipt, ToolCall
-from toolcalls.record import RecordWrites, tool_call_accept
+from toolcalls.record import RecordWrites, external_id_of, tool_call_accept
 from toolcalls.send import Outcome, backoff, send
-from toolcalls.verify import tool_call_verify
+from toolcalls.verify import judge, observe_answer
 from toolcalls.writes import (
     DISPATCH_TASK,
     RECONCILE_TASK,
@@ -71,11 +71,46 @@ def tool_call_dispatch(
     crashpoint("before_send")
     outcome = send(claim)
     crashpoint("after_send")
-    verify_now = record_outcome(claim, outcome)
-    if verify_now:
-        # Verify in this task, saving a Celery hop; its outbox message is the safety net.
-        call, verify_outbox_id = verify_now
-        tool_call_verify(tool_call_id=claim.tool_call_id, outbox_id=verify_outbox_id, call=call)
+    # Verified in this task, saving a Celery hop: observed before the record, so that the
+    # answer and its verification are written in one transaction. Without a judgment (the
+    # observation raised or timed out) the call is recorded accepted, and its verification's
+    # outbox message runs later.
+    judgment = observe_sent(claim, outcome)
+    try:
+        record_outcome(claim, outcome, judgment)
+    except Exception:
+        if judgment is None:
+            raise
+        # The answer must not be lost with the judgment: recorded alone, verified later.
+        log.exception("recording %s with its verification failed", claim.tool_call_id)
+        record_outcome(claim, outcome)
+
+
+# How long a dispatch waits for the observation of an answer before it records without it.
+# The claim's lease has LEASE_MARGIN_SECONDS (10) beyond the send's timeout: the record must
+# commit well before it runs out, or the sweeper hands the answered call to reconciliation.
+OBSERVE_SECONDS = 2.0
+
+
+def observable(claim: Claim, outcome: Outcome) -> bool:
+    """Whether the answer will be accepted and verified by looking at the system."""
+    return outcome.kind == "confirmed" and claim.capability.verify is not None
+
+
+def observe_sent(claim: Claim, outcome: Outcome) -> str | None:
+    """The verification's observation of an answer that will be accepted, made before it is
+    recorded (the external system's state does not wait for our commit; no database here).
+    None when there is nothing to observe or the observation raised."""
+    if not observable(claim, outcome):
+        return None
+    external_id = external_id_of(claim.capability, outcome.body)
+    try:
+        return observe_answer(
+            claim.capability, claim.tenant_slug, external_id, claim.args, timeout=OBSERVE_SECONDS
+        )
+    except Exception:
+        log.exception("observing %s raised; its verification message will run", claim.tool_call_id)
+        return None
 
 
 # --- claim ----------------------------------------------------------------------------------
@@ -300,18 +335,28 @@ CLASSIFICATION = {
 
 
 @transaction.atomic
-def record_outcome(claim: Claim, outcome: Outcome) -> tuple[ToolCall, str] | None:
-    """Record what the answer proves, if this claim is still current. Returns the call and
-    the id of its verification's outbox message when the caller should verify right away."""
+def record_outcome(
+    claim: Claim, outcome: Outcome, judgment: str | None = None
+) -> tuple[ToolCall, str] | None:
+    """Record what the answer proves, if this claim is still current, and with `judgment` (its
+    observation, made already) the verification of the accepted call. Returns the call and
+    the id of its verification's outbox message when it is accepted and not judged here."""
     with events.batch():
-        return _record(claim, outcome)
+        return _record(claim, outcome, judgment)
 
 
-def _record(claim: Claim, outcome: Outcome) -> tuple[ToolCall, str] | None:
+def _record(claim: Claim, outcome: Outcome, judgment: str | None) -> tuple[ToolCall, str] | None:
     writes = RecordWrites()
     call = tool_call_lock(claim.tool_call_id)
-    verify_now = record_locked(call, claim, outcome, timezone.now(), writes=writes)
-    writes.flush()
+    # Saved once, when its record and its verification are both written.
+    with transitions.saved_once(call):
+        verify_now = record_locked(call, claim, outcome, timezone.now(), writes=writes)
+        if verify_now and judgment:
+            writes.verified_already({verify_now[1]})
+        writes.flush()
+        if verify_now and judgment:
+            judge(call.pk, None, judgment, locked=call)
+            return None
     return verify_now
 
 

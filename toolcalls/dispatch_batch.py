@@ -32,18 +32,20 @@ from runs import events, logcontext, transitions
 from runs import sql as runs_sql
 from runs.faults import crashpoint
 from runs.models import OutboxMessage
-from toolcalls import sql, webhooks
+from toolcalls import dispatch, sql, webhooks
 from toolcalls.dispatch import (
     Claim,
     claim_locked,
+    observable,
+    observe_sent,
     record_locked,
     record_outcome,
     tool_call_dispatch,
 )
 from toolcalls.models import Attempt, ToolCall
-from toolcalls.record import RecordWrites, external_id_of
+from toolcalls.record import RecordWrites
 from toolcalls.send import Outcome, send
-from toolcalls.verify import judge, observe, observe_answer, wake_dependents
+from toolcalls.verify import judge, observe, wake_dependents
 from toolcalls.writes import bind_log_ids
 
 log = logging.getLogger(__name__)
@@ -134,9 +136,12 @@ def claim_batch(items: list[tuple[str, str | None]], *, worker: str = "") -> lis
     now = timezone.now()
     readiness = sql.readiness_of(calls)
     # The claimed calls are saved when the block ends: one UPDATE for those that changed the
-    # same columns (all of them, for a batch of plain claims), rather than one per call.
+    # same columns (all of them, for a batch of plain claims), rather than one per call. Not
+    # when a call has dependencies: its claim reads them from the database, and one of them
+    # may be in this batch, changed here (failed unsent) but not saved yet.
+    waits = any(ready.has_dependencies for ready in readiness.values())
     batch = events.batch(_runs_of(calls))
-    with batch, webhooks.hooks_read_once(), transitions.saved_together(calls):
+    with batch, webhooks.hooks_read_once(), transitions.saved_together([] if waits else calls):
         # The attempts are inserted after the loop: count those this batch takes in a run, as
         # the single path's next claim would count them in the database.
         taken: Counter[str] = Counter()
@@ -230,22 +235,12 @@ def concurrently(
 # --- record and verify ----------------------------------------------------------------------
 
 
-# How long a batch waits for its observations before it records without them. The claim's
-# lease has LEASE_MARGIN_SECONDS (10) beyond the send's timeout: the record must commit well
-# before it runs out, or the sweeper hands the answered call to reconciliation.
-OBSERVE_SECONDS = 2.0
-
-
 def observe_batch(sent: list[tuple[Claim, Outcome]]) -> dict[str, str]:
-    """The verification's observation of every answer that will be accepted, concurrently and
-    before it is recorded (the external system's state does not wait for our commit): the
-    judgments by call id, without those that raised or were not back in OBSERVE_SECONDS."""
-    asked = [
-        (claim, outcome)
-        for claim, outcome in sent
-        if outcome.kind == "confirmed" and claim.capability.verify is not None
-    ]
-    judgments = concurrently(_observe_answer, asked, timeout=OBSERVE_SECONDS)
+    """`dispatch.observe_sent` of every answer, concurrently: the judgments by call id,
+    without those that raised or were not back in OBSERVE_SECONDS (they run on; their
+    verification's message verifies them later)."""
+    asked = [(claim, outcome) for claim, outcome in sent if observable(claim, outcome)]
+    judgments = concurrently(_observe_sent, asked, timeout=dispatch.OBSERVE_SECONDS)
     return {
         claim.tool_call_id: judgment
         for (claim, _), judgment in zip(asked, judgments, strict=True)
@@ -253,17 +248,10 @@ def observe_batch(sent: list[tuple[Claim, Outcome]]) -> dict[str, str]:
     }
 
 
-def _observe_answer(sent: tuple[Claim, Outcome]) -> str | None:
+def _observe_sent(sent: tuple[Claim, Outcome]) -> str | None:
     claim, outcome = sent
     logcontext.bind(tenant=claim.tenant_slug, run_id=claim.run_id, tool_call_id=claim.tool_call_id)
-    external_id = external_id_of(claim.capability, outcome.body)
-    try:
-        return observe_answer(
-            claim.capability, claim.tenant_slug, external_id, claim.args, timeout=OBSERVE_SECONDS
-        )
-    except Exception:
-        log.exception("observing %s raised; its verification message will run", claim.tool_call_id)
-        return None
+    return observe_sent(claim, outcome)
 
 
 @transaction.atomic

@@ -46,7 +46,7 @@ def judging(monkeypatch: pytest.MonkeyPatch, judgment: Any) -> None:
         return answer or original(capability, slug, external_id, *args, **kw)
 
     monkeypatch.setattr(verify, "observe_answer", observed)
-    monkeypatch.setattr(dispatch_batch, "observe_answer", observed)
+    monkeypatch.setattr(dispatch, "observe_answer", observed)
 
 
 def test_a_batch_records_and_verifies_in_one_transaction(run: Run, sandbox: Sandbox) -> None:
@@ -113,7 +113,7 @@ def test_an_observation_that_raises_leaves_the_call_accepted_for_its_message(
 ) -> None:
     failing, fine = refunds(run, 2)
 
-    original = dispatch_batch.observe_answer
+    original = dispatch.observe_answer
     failing_ids: set[str] = set()
 
     def raising(capability: Any, slug: str, external_id: str, args: Any, **kw: Any) -> str:
@@ -122,7 +122,7 @@ def test_an_observation_that_raises_leaves_the_call_accepted_for_its_message(
             raise RuntimeError("a bug in the capability's verify")
         return original(capability, slug, external_id, args, **kw)
 
-    monkeypatch.setattr(dispatch_batch, "observe_answer", raising)
+    monkeypatch.setattr(dispatch, "observe_answer", raising)
 
     dispatch_batch.tool_calls_dispatch_batch(items_of([failing, fine]))
 
@@ -142,15 +142,15 @@ def test_an_observation_that_hangs_does_not_hold_the_record_back(
     run: Run, sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     slow, fine = refunds(run, 2)
-    monkeypatch.setattr(dispatch_batch, "OBSERVE_SECONDS", 0.3)
-    original = dispatch_batch.observe_answer
+    monkeypatch.setattr(dispatch, "OBSERVE_SECONDS", 0.3)
+    original = dispatch.observe_answer
 
     def hanging(capability: Any, slug: str, external_id: str, args: Any, **kw: Any) -> str:
         if args["amount_cents"] == slow.args["amount_cents"]:
             time.sleep(3)
         return original(capability, slug, external_id, args, **kw)
 
-    monkeypatch.setattr(dispatch_batch, "observe_answer", hanging)
+    monkeypatch.setattr(dispatch, "observe_answer", hanging)
 
     started = time.monotonic()
     dispatch_batch.tool_calls_dispatch_batch(items_of([slow, fine]))
@@ -239,4 +239,63 @@ def test_a_dependency_that_fails_in_the_claim_cancels_its_dependent_in_the_same_
 
     assert fresh(dependency).last_error_name == "precondition.conflict"
     assert fresh(dependent).execution_status == "cancelled"
+    assert_log_matches_state()
+
+
+# --- the single-call path -------------------------------------------------------------------
+
+
+def test_the_single_path_records_and_verifies_in_one_transaction(
+    run: Run, sandbox: Sandbox
+) -> None:
+    call = propose_in(run)
+
+    with CaptureQueriesContext(connection) as queries:
+        dispatch.tool_call_dispatch(tool_call_id=call.pk, outbox_id=message_of(call).pk)
+
+    locks = [q for q in queries.captured_queries if "FOR NO KEY UPDATE OF c" in q["sql"]]
+    assert len(locks) == 2  # the claim's and the record's
+    assert statements(queries)["UPDATE toolcalls_toolcall"] == 2
+    assert fresh(call).verification_status == "confirmed_success"
+    assert verification_message(call).done_at is not None
+    assert_log_matches_state()
+
+
+def test_the_single_path_records_an_answer_whose_observation_raised(
+    run: Run, sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    call = propose_in(run)
+
+    def raising(*args: Any, **kwargs: Any) -> str:
+        raise RuntimeError("a bug in the capability's verify")
+
+    monkeypatch.setattr(dispatch, "observe_answer", raising)
+
+    dispatch.tool_call_dispatch(tool_call_id=call.pk, outbox_id=message_of(call).pk)
+
+    recorded = fresh(call)
+    assert (recorded.execution_status, recorded.verification_status) == ("completed", "pending")
+    assert verification_message(call).done_at is None  # the sweeper publishes it
+    monkeypatch.undo()
+    verify.tool_call_verify(tool_call_id=call.pk, outbox_id=verification_message(call).pk)
+    assert fresh(call).verification_status == "confirmed_success"
+
+
+def test_the_single_path_keeps_the_answer_when_its_judgment_raises(
+    run: Run, sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    call = propose_in(run)
+
+    def broken(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("a bug in the judgment")
+
+    monkeypatch.setattr(dispatch, "judge", broken)
+
+    dispatch.tool_call_dispatch(tool_call_id=call.pk, outbox_id=message_of(call).pk)
+
+    recorded = fresh(call)
+    assert (recorded.execution_status, recorded.verification_status) == ("completed", "pending")
+    assert recorded.attempts.get().classification == "confirmed"
+    assert verification_message(call).done_at is None
+    assert len(sandbox.effects_for(call.external_request_id)) == 1
     assert_log_matches_state()
