@@ -3,10 +3,11 @@
 A batch is the single-call path of toolcalls/dispatch.py done for many calls at once, with
 the work shared where it can be: one transaction claims them all (one statement locks the
 calls, skipping those another worker holds; one reads what every claim must know; one
-inserts the attempts; the events go in one INSERT), the requests are sent concurrently, one
-transaction records every outcome (each only if its fencing token is still current), and one
-writes the verifications. Each call still gets its own fencing token, lease, attempt and
-events, through the single path's own functions (`claim_locked`, `record_locked`, `judge`).
+inserts the attempts; the events go in one INSERT), the requests are sent concurrently, the
+answers observed concurrently, and one transaction records every outcome (each only if its
+fencing token is still current) with the verifications observed. Each call still gets its own
+fencing token, lease, attempt and events, through the single path's own functions
+(`claim_locked`, `record_locked`, `judge`).
 
 Runs are locked in one order (the calls are handled by run, then id), so two batches that
 share runs wait for each other instead of deadlocking.
