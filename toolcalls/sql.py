@@ -13,9 +13,10 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.db.models import F
 
+from runs import dbvalues
 from runs.models import Run, Tenant
 from toolcalls.models import Attempt, ObjectRevision, Receipt, ToolCall
 
@@ -43,12 +44,17 @@ def _converters(fields: Any) -> list:
 _CONVERT = (_converters(_CALL), _converters(_RUN), _converters(_TENANT))
 
 
+_ATTNAMES = {
+    model: [f.attname for f in model._meta.concrete_fields] for model in (ToolCall, Run, Tenant)
+}
+
+
 def _make(model: Any, fields: Any, converters: list, values: tuple) -> Any:
     converted = [
         value if convert is None or value is None else convert(value, None, connection)
         for convert, value in zip(converters, values, strict=True)
     ]
-    return model.from_db(connection.alias, [f.attname for f in fields], converted)
+    return dbvalues.make(model, connection.alias, _ATTNAMES[model], converted)
 
 
 # The same for many calls (a dispatch batch): one statement, in the order of their runs so
@@ -268,12 +274,13 @@ def insert_call(call: ToolCall) -> None:
 
 def call_values(call: ToolCall) -> list[Any]:
     """The new call's column values, as `save(force_insert=True)` prepares them."""
-    return [field.get_db_prep_save(field.pre_save(call, True), connection) for field in _CALL]
+    plan = dbvalues.plan(ToolCall, connections[DEFAULT_DB_ALIAS])
+    return plan.params(call, plan.every, True)
 
 
 def call_inserted(call: ToolCall) -> None:
     call._state.adding, call._state.db = False, connection.alias
-    call._remember(_CALL)  # as save() leaves it: it knows what it was written with
+    call._remember_all()  # as save() leaves it: it knows what it was written with
 
 
 # --- the result envelope --------------------------------------------------------------------
@@ -367,6 +374,7 @@ def _call_steps_orm(
     for call_id, *receipt in receipts:
         steps[call_id]["receipts"].append(tuple(receipt))
     return steps
+
 
 # --- the record step's writes ---------------------------------------------------------------
 # A dispatch batch ended each call's attempt, bumped its object's revision and wrote its
