@@ -15,6 +15,7 @@ in PostgreSQL's own text form.
 
 from __future__ import annotations
 
+import operator
 import re
 from datetime import datetime
 from typing import Any
@@ -82,6 +83,7 @@ class Plan:
         # backend's (SQLite: dates as text) get every value from its field.
         self.fast = conn.vendor == "postgresql"
         self.json_ok = self.fast and _OTHER not in self.kinds
+        self._columns: dict[tuple[tuple[int, ...], bool | None], _Columns] = {}
 
     def _pairs(self) -> Any:
         return zip(self.fields, self.kinds, strict=True)
@@ -90,14 +92,14 @@ class Plan:
         wrapped = type(field.get_db_prep_save(1, self.conn))
         return None if wrapped is int else wrapped
 
-    def raw(self, obj: Any, index: int, add: bool | None) -> Any:
-        """The value `field.pre_save(obj, add)` gives (the attribute itself for add=None)."""
-        if add is not None and self.pre_save[add][index]:
-            return self.fields[index].pre_save(obj, add)
-        try:
-            return obj.__dict__[self.attnames[index]]
-        except KeyError:  # deferred: the descriptor loads it, as getattr does
-            return getattr(obj, self.attnames[index])
+    def columns(self, indexes: list[int], add: bool | None) -> _Columns:
+        """These columns (positions in `fields`) for writes that `pre_save(obj, add)` (none
+        for add=None), made once."""
+        key = (tuple(indexes), add)
+        found = self._columns.get(key)
+        if found is None:
+            found = self._columns[key] = _Columns(self, indexes, add)
+        return found
 
     def param(self, index: int, value: Any) -> Any:
         """`field.get_db_prep_save(value)`, a statement's parameter for psycopg."""
@@ -132,16 +134,32 @@ class Plan:
         return self.fields[index].get_db_prep_save(value, self.conn)
 
     def params(self, obj: Any, indexes: list[int], add: bool | None) -> list[Any]:
-        return [self.param(i, self.raw(obj, i, add)) for i in indexes]
+        """The parameters of these columns of the row, as `get_db_prep_save` gives them."""
+        columns = self.columns(indexes, add)
+        values = columns.raw(obj)
+        if not columns.plain(values):
+            return [self.param(i, v) for i, v in zip(indexes, values, strict=True)]
+        for position, dumps in columns.jsons:
+            if values[position] is not None:
+                values[position] = Jsonb(values[position], dumps=dumps)
+        for position, wrap in columns.wraps:
+            if values[position] is not None:
+                values[position] = wrap(values[position])
+        return values
 
     def json_rows(self, objs: list[Any], indexes: list[int], add: bool | None) -> str:
-        keys = [self.keys[i] for i in indexes]
-        rows = [
-            dict(
-                zip(keys, [self.json_value(i, self.raw(obj, i, add)) for i in indexes], strict=True)
-            )
-            for obj in objs
-        ]
+        """These columns of the rows as one JSON document (`recordset` unpacks it)."""
+        columns = self.columns(indexes, add)
+        rows = []
+        for obj in objs:
+            values = columns.raw(obj)
+            if columns.plain(values):
+                for position, dumps in columns.jsons:
+                    if values[position] is not None:
+                        values[position] = dumps(values[position])
+            else:
+                values = [self.json_value(i, v) for i, v in zip(indexes, values, strict=True)]
+            rows.append(dict(zip(columns.keys, values, strict=True)))
         return orjson.dumps(rows).decode()
 
     def recordset(self, indexes: list[int], alias: str) -> tuple[list[str], str]:
@@ -156,6 +174,64 @@ class Plan:
             cast = "::jsonb" if self.kinds[i] == _JSON else ""
             selects.append(f"{alias}.{self.keys[i]}{cast}")
         return selects, f"json_to_recordset(%s::json) AS {alias}({', '.join(columns)})"
+
+
+class _Columns:
+    """Some columns of a plan, for one kind of write. A row's values are read from the
+    instance's __dict__ in one step (an itemgetter), and the row is "plain" when each value's
+    type is one that its column takes as it is (a few type signatures, remembered) and its
+    datetimes are aware: then only its JSON values (dumped) and integers (wrapped, for psycopg)
+    change; any other row takes every value through `Plan.param`/`json_value`."""
+
+    def __init__(self, plan: Plan, indexes: list[int], add: bool | None) -> None:
+        attnames = [plan.attnames[i] for i in indexes]
+        self.attnames, self.keys = attnames, [plan.keys[i] for i in indexes]
+        getter = operator.itemgetter(*attnames)
+        self.get = getter if len(attnames) > 1 else lambda values: (getter(values),)
+        positions = list(enumerate(indexes))
+        self.pre_save = [
+            (p, plan.fields[i]) for p, i in positions if add is not None and plan.pre_save[add][i]
+        ]
+        self.add = add
+        self.allowed = [_ALLOWED[plan.kinds[i]] if plan.fast else () for i in indexes]
+        self.datetimes = [p for p, i in positions if plan.kinds[i] == _DATETIME]
+        self.jsons = [(p, plan.dumps[i]) for p, i in positions if plan.kinds[i] == _JSON]
+        self.wraps = [(p, plan.int_wraps[i]) for p, i in positions if plan.int_wraps[i]]
+        self.signatures: set[tuple[type, ...]] = set()
+
+    def raw(self, obj: Any) -> list[Any]:
+        """The values `field.pre_save(obj, add)` gives (the attributes for add=None)."""
+        try:
+            values = list(self.get(obj.__dict__))
+        except KeyError:  # a deferred field: its descriptor loads it, as getattr does
+            values = [getattr(obj, name) for name in self.attnames]
+        for position, field in self.pre_save:
+            values[position] = field.pre_save(obj, self.add)
+        return values
+
+    def plain(self, values: list[Any]) -> bool:
+        signature = tuple(map(type, values))
+        if signature not in self.signatures:
+            if not all(t in allowed for t, allowed in zip(signature, self.allowed, strict=True)):
+                return False
+            if len(self.signatures) < 64:
+                self.signatures.add(signature)
+        for position in self.datetimes:
+            value = values[position]
+            if value is not None and value.utcoffset() is None:
+                return False  # naive: the field makes it aware (and warns)
+        return True
+
+
+_NONE = type(None)
+_ALLOWED = {
+    _TEXT: (str, _NONE),
+    _INTEGER: (int, _NONE),
+    _BOOLEAN: (bool, _NONE),
+    _DATETIME: (datetime, _NONE),
+    _JSON: (dict, list, _NONE),
+    _OTHER: (),
+}
 
 
 def _fast(kind: int, value: Any) -> bool:
