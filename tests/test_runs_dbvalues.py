@@ -66,6 +66,9 @@ def _events(run: Run, count: int) -> list[Event]:
     ]
 
 
+RAW_RESPONSES = [["a list", 1], "a JSON string", {1: "an integer key", "big": 2**70}, {}]
+
+
 def _text_rows(model: Any, ids: list[Any], *leave_out: str) -> list[str]:
     """The rows as PostgreSQL gives them in JSON (jsonb as stored, numbers with their scale,
     timestamptz to the microsecond), less some columns."""
@@ -110,7 +113,8 @@ def test_rows_with_naive_dates_json_scalars_and_nulls_are_the_orms(
 ) -> None:
     """Values whose type the column does not take as it is go through their field, as the
     ORM's do: a naive datetime (made aware, with Django's warning), a JSON string, a
-    TextChoices-like str subclass, an integer given as a bool."""
+    TextChoices-like str subclass, an integer given as a bool; a JSON value is the text of
+    the field's json.dumps (integer keys made strings, an integer past 64 bits)."""
 
     class Status(str):
         pass
@@ -125,9 +129,9 @@ def test_rows_with_naive_dates_json_scalars_and_nulls_are_the_orms(
                 tool_call_id=call.pk,
                 attempt_id=None,
                 external_id=TEXTS[i % len(TEXTS)],
-                status=Status("created"),
+                status=Status("created") if i % 2 else "created",
                 source="dispatch",
-                raw_response=["a list", 1] if i % 2 else "a JSON string",
+                raw_response=RAW_RESPONSES[i % len(RAW_RESPONSES)],
             )
             for i in range(count)
         ]
@@ -139,7 +143,7 @@ def test_rows_with_naive_dates_json_scalars_and_nulls_are_the_orms(
                 task="t",
                 args=[i, "x"],
                 available_at=naive,
-                published_count=True,
+                published_count=True if i % 2 else 3,
                 traceparent=None,
             )
             for i in range(count)
