@@ -254,6 +254,27 @@ def plan(model: Any, conn: Any) -> Plan:
     return found
 
 
+def from_row(model: Any, conn: Any, row: Any) -> Any:
+    """The instance of a whole row as the ORM reads it: each value converted by its field's
+    `from_db_value` (the JSON ones: only those fields have one here), then `make`."""
+    found = _READS.get(model)
+    if found is None:
+        fields = model._meta.concrete_fields
+        converters = [
+            (p, f.from_db_value) for p, f in enumerate(fields) if hasattr(f, "from_db_value")
+        ]
+        found = _READS[model] = ([f.attname for f in fields], converters)
+    attnames, converters = found
+    values = list(row)
+    for position, convert in converters:
+        if values[position] is not None:
+            values[position] = convert(values[position], None, conn)
+    return make(model, conn.alias, attnames, values)
+
+
+_READS: dict[Any, tuple[list[str], list[tuple[int, Any]]]] = {}
+
+
 def make(model: Any, alias: str, attnames: list[str], values: list[Any]) -> Any:
     """`model.from_db(alias, attnames, values)` for a whole row (every concrete field, in
     order) without running `Model.__init__`'s loop: with no init signal listening and no field

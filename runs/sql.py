@@ -173,14 +173,7 @@ def _columns(model: Any, alias: str) -> str:
 
 
 def _make(model: Any, values: tuple) -> Any:
-    fields = model._meta.concrete_fields
-    converted = [
-        value
-        if value is None or not hasattr(field, "from_db_value")
-        else field.from_db_value(value, None, connection)
-        for field, value in zip(fields, values, strict=True)
-    ]
-    return model.from_db(connection.alias, [field.attname for field in fields], converted)
+    return dbvalues.from_row(model, connections[DEFAULT_DB_ALIAS], values)
 
 
 _API_KEY = (

@@ -44,17 +44,17 @@ def _converters(fields: Any) -> list:
 _CONVERT = (_converters(_CALL), _converters(_RUN), _converters(_TENANT))
 
 
-_ATTNAMES = {
-    model: [f.attname for f in model._meta.concrete_fields] for model in (ToolCall, Run, Tenant)
-}
-
-
 def _make(model: Any, fields: Any, converters: list, values: tuple) -> Any:
+    """The model's instance of a whole row (toolcalls/sql_decision.py's reads)."""
     converted = [
         value if convert is None or value is None else convert(value, None, connection)
         for convert, value in zip(converters, values, strict=True)
     ]
-    return dbvalues.make(model, connection.alias, _ATTNAMES[model], converted)
+    return dbvalues.make(model, connection.alias, [f.attname for f in fields], converted)
+
+
+def _row(model: Any, values: tuple) -> Any:
+    return dbvalues.from_row(model, connections[DEFAULT_DB_ALIAS], values)
 
 
 # The same for many calls (a dispatch batch): one statement, in the order of their runs so
@@ -100,9 +100,9 @@ def lock_calls(tool_call_ids: list[str], *, skip_locked: bool = False) -> list[T
 
 def _call_of(row: tuple) -> ToolCall:
     first, second = len(_CALL), len(_CALL) + len(_RUN)
-    call = _make(ToolCall, _CALL, _CONVERT[0], row[:first])
-    run = _make(Run, _RUN, _CONVERT[1], row[first:second])
-    tenant = _make(Tenant, _TENANT, _CONVERT[2], row[second:])
+    call = _row(ToolCall, row[:first])
+    run = _row(Run, row[first:second])
+    tenant = _row(Tenant, row[second:])
     # As select_related leaves them: the related objects cached on the call.
     ToolCall.run.field.set_cached_value(call, run)
     ToolCall.tenant.field.set_cached_value(call, tenant)
@@ -249,7 +249,7 @@ def lock_run(*, tenant_id: int | None, run_id: str) -> Run | None:
         else:
             cursor.execute(_LOCK_TENANT_RUN, [run_id, tenant_id])
         row = cursor.fetchone()
-    return None if row is None else _make(Run, _RUN, _CONVERT[1], row)
+    return None if row is None else _row(Run, row)
 
 
 def calls_in_run(run_id: str) -> int:
