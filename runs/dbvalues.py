@@ -9,8 +9,8 @@ datetime, a dict or list for JSON — is taken as it is (a JSON value dumped by 
 `json.dumps`); any other value goes through the field's `get_db_prep_save`. A batch's rows go
 as ONE parameter, a JSON array of objects that orjson writes in C and PostgreSQL unpacks with
 `json_to_recordset` (columns typed as the table's, JSON columns carried as the text the ORM
-sends and cast). tests/test_runs_dbvalues.py proves the rows equal the ORM's, column by column
-in PostgreSQL's own text form.
+sends and cast). tests/test_runs_dbvalues.py proves the rows equal the ORM's, compared as PostgreSQL
+prints them (to_jsonb of each row).
 """
 
 from __future__ import annotations

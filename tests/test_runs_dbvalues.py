@@ -11,7 +11,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
-from django.db import connection, transaction
+from django.db import connection, models, transaction
 from django.db.models import Value
 from django.db.models.signals import post_init
 from django.test import override_settings
@@ -260,3 +260,15 @@ def test_a_listener_of_init_gets_its_signal(run: Run, sandbox: Sandbox) -> None:
     finally:
         post_init.disconnect(listen, sender=ToolCall)
     assert seen == [made]
+
+
+def test_a_field_that_prepares_its_own_way_is_prepared_by_it() -> None:
+    """A field class overriding how it prepares a value (a str it upper-cases, say) gets
+    every value through its get_db_prep_save, never taken as it is."""
+
+    class Shouting(models.CharField):
+        def get_prep_value(self, value: Any) -> Any:
+            return super().get_prep_value(value).upper()
+
+    assert dbvalues._kind(models.CharField(max_length=5)) != dbvalues._OTHER
+    assert dbvalues._kind(Shouting(max_length=5)) == dbvalues._OTHER
