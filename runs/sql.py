@@ -7,14 +7,13 @@ write exactly what the ORM writes (same rows, same hashes).
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
-from django.db import DatabaseError, connection
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, connections
 
+from runs import dbvalues
 from runs.models import ApiKey, Event, Run, Tenant, User
 
-EVENT_FIELDS = Event._meta.concrete_fields
 # The run's last event, and the id of the tool call's last event, in one statement (none
 # when the run has no event yet).
 _READ = (
@@ -100,14 +99,7 @@ def insert_events(events: list[Event]) -> None:
     """All of them in one INSERT."""
     if not events:
         return
-    rows = [
-        [
-            field.get_db_prep_save(getattr(event, field.attname), connection)
-            for field in EVENT_FIELDS
-        ]
-        for event in events
-    ]
-    _insert(Event, rows)
+    _insert(Event, events)
     for event in events:
         event._state.adding, event._state.db = False, connection.alias
 
@@ -117,22 +109,26 @@ def insert_events(events: list[Event]) -> None:
 _CACHED_PARAMS = 50
 
 
-def _insert(model: Any, rows: list[list[Any]]) -> None:
-    """INSERT the rows (values prepared for the database, in the order of the model's concrete
-    fields) in one statement. Many rows on PostgreSQL: one array per column, unnested, so the
-    statement's text is the same for any number of rows — a VALUES list of rows times
-    columns placeholders is past psycopg's cache and was parsed again for each batch (8 % of
-    a batch's CPU in profile_dispatch --profile). A few rows (a proposal's two events, a
-    single call's record): VALUES, cached, which costs less than dumping arrays."""
-    fields = model._meta.concrete_fields
-    if connection.vendor == "postgresql" and len(rows) * len(fields) > _CACHED_PARAMS:
-        columns = [list(column) for column in zip(*rows, strict=True)]
-        statement = _unnest_insert(model)
+def _insert(model: Any, objs: list[Any]) -> None:
+    """INSERT the rows of these objects (values as `field.pre_save(obj, True)` gives them,
+    prepared as their fields prepare them: runs/dbvalues.py) in one statement. Many rows on
+    PostgreSQL: one JSON parameter unpacked by `json_to_recordset`, so the statement's text is
+    the same for any number of rows and no value goes through psycopg's per-element array
+    dumper (a VALUES list past psycopg's 50 cached parameters was parsed again for each batch;
+    the arrays per column that replaced it cost, with the fields' preparing, 16 % of a
+    worker's CPU in py-spy). A few rows (a proposal's two events, an outbox message): VALUES,
+    cached — PostgreSQL's json_to_recordset costs ~0.1 ms more for one row (measured)."""
+    conn = connections[DEFAULT_DB_ALIAS]
+    plan = dbvalues.plan(model, conn)
+    indexes = plan.every
+    if plan.json_ok and len(objs) * len(indexes) > _CACHED_PARAMS:
+        statement = _json_insert(plan, indexes)
+        params = [plan.json_rows(objs, indexes, True)]
     else:
-        columns = [value for row in rows for value in row]
-        statement = _values_insert(model, len(rows))
-    with connection.cursor() as cursor:
-        cursor.execute(statement, columns)
+        params = [value for obj in objs for value in plan.params(obj, indexes, True)]
+        statement = _values_insert(model, len(objs))
+    with conn.cursor() as cursor:
+        cursor.execute(statement, params)
 
 
 def _insert_into(model: Any) -> str:
@@ -154,16 +150,15 @@ def _values_insert(model: Any, count: int) -> str:
     return statement
 
 
-_UNNEST: dict[Any, str] = {}
+_JSON_INSERT: dict[Any, str] = {}
 
 
-def _unnest_insert(model: Any) -> str:
-    statement = _UNNEST.get(model)
+def _json_insert(plan: dbvalues.Plan, indexes: list[int]) -> str:
+    statement = _JSON_INSERT.get(plan.model)
     if statement is None:
-        # varchar(40)[] is varchar[]: the column's own type checks the length on insert.
-        types = [re.sub(r"\(.*\)", "", f.db_type(connection)) for f in model._meta.concrete_fields]
-        arrays = ", ".join(f"%s::{kind}[]" for kind in types)
-        statement = _UNNEST[model] = f"{_insert_into(model)} SELECT * FROM unnest({arrays})"
+        selects, source = plan.recordset(indexes, "x")
+        statement = f"{_insert_into(plan.model)} SELECT {', '.join(selects)} FROM {source}"
+        _JSON_INSERT[plan.model] = statement
     return statement
 
 
@@ -178,14 +173,7 @@ def _columns(model: Any, alias: str) -> str:
 
 
 def _make(model: Any, values: tuple) -> Any:
-    fields = model._meta.concrete_fields
-    converted = [
-        value
-        if value is None or not hasattr(field, "from_db_value")
-        else field.from_db_value(value, None, connection)
-        for field, value in zip(fields, values, strict=True)
-    ]
-    return model.from_db(connection.alias, [field.attname for field in fields], converted)
+    return dbvalues.from_row(model, connections[DEFAULT_DB_ALIAS], values)
 
 
 _API_KEY = (
@@ -252,13 +240,7 @@ def insert_rows(objs: list[Any]) -> None:
     models without save signals or overridden `save()` (outbox messages, receipts)."""
     if not objs:
         return
-    model = type(objs[0])
-    fields = model._meta.concrete_fields
-    rows = [
-        [field.get_db_prep_save(field.pre_save(obj, True), connection) for field in fields]
-        for obj in objs
-    ]
-    _insert(model, rows)
+    _insert(type(objs[0]), objs)
     for obj in objs:
         obj._state.adding, obj._state.db = False, connection.alias
 
@@ -274,55 +256,84 @@ def update_fields(obj: Any, names: list[str]) -> None:
     """What `obj.save(update_fields=names)` writes (auto_now columns among them set now), in a
     statement made without the ORM's compiler. For models without save signals or an
     overridden `save()` beyond runs.changes (tool calls, approvals)."""
-    meta = obj._meta
-    fields = [meta.get_field(name) for name in names]
-    assignments = ", ".join(f"{connection.ops.quote_name(f.column)} = %s" for f in fields)
-    values = [f.get_db_prep_save(f.pre_save(obj, False), connection) for f in fields]
-    statement = (
-        f"UPDATE {connection.ops.quote_name(meta.db_table)} SET {assignments}"
-        f" WHERE {connection.ops.quote_name(meta.pk.column)} = %s"
-    )
-    with connection.cursor() as cursor:
-        cursor.execute(statement, [*values, meta.pk.get_db_prep_value(obj.pk, connection)])
+    conn = connections[DEFAULT_DB_ALIAS]
+    plan = dbvalues.plan(type(obj), conn)
+    indexes = _indexes(plan, names)
+    statement = _update_one(obj._meta, tuple(indexes), plan)
+    key = obj._meta.pk.get_db_prep_value(obj.pk, conn)
+    with conn.cursor() as cursor:
+        cursor.execute(statement, [*plan.params(obj, indexes, False), key])
         if cursor.rowcount != 1:
             # As Model.save(update_fields=…) says it: the row is gone (never for a locked one).
             raise DatabaseError("Save with update_fields did not affect any rows.")
-    obj._remember(fields)
+    obj._remember([plan.fields[i] for i in indexes])
+
+
+def _indexes(plan: dbvalues.Plan, names: list[str]) -> list[int]:
+    """The positions of the fields named (by name, as update_fields names them)."""
+    positions = _POSITIONS.get(plan.model)
+    if positions is None:
+        # By name or attname, as Options.get_field finds them.
+        positions = {f.attname: i for i, f in enumerate(plan.fields)}
+        positions.update({f.name: i for i, f in enumerate(plan.fields)})
+        _POSITIONS[plan.model] = positions
+    return [positions[name] for name in names]
+
+
+_POSITIONS: dict[Any, dict[str, int]] = {}
+_UPDATES: dict[tuple[Any, tuple[int, ...]], str] = {}
+
+
+def _update_one(meta: Any, indexes: tuple[int, ...], plan: dbvalues.Plan) -> str:
+    statement = _UPDATES.get((meta.model, indexes))
+    if statement is None:
+        quote = connection.ops.quote_name
+        assignments = ", ".join(f"{quote(plan.fields[i].column)} = %s" for i in indexes)
+        statement = _UPDATES[(meta.model, indexes)] = (
+            f"UPDATE {quote(meta.db_table)} SET {assignments} WHERE {quote(meta.pk.column)} = %s"
+        )
+    return statement
 
 
 def update_many(objs: list[Any], names: list[str]) -> None:
     """`update_fields(obj, names)` of many rows of one model in one statement, PostgreSQL's
-    (elsewhere one by one): the new values in one array per column, joined on the key."""
-    if connection.vendor != "postgresql" or len(objs) == 1:
+    (elsewhere one by one): the new values and the keys in one JSON parameter, as `_insert`."""
+    conn = connections[DEFAULT_DB_ALIAS]
+    plan = dbvalues.plan(type(objs[0]), conn) if objs else None
+    if plan is None or not plan.json_ok or len(objs) == 1:
         for obj in objs:
             update_fields(obj, names)
         return
     meta = objs[0]._meta
-    fields = [meta.get_field(name) for name in names]
-    columns = [
-        [f.get_db_prep_save(f.pre_save(obj, False), connection) for obj in objs] for f in fields
-    ]
-    keys = [meta.pk.get_db_prep_value(obj.pk, connection) for obj in objs]
-    with connection.cursor() as cursor:
-        cursor.execute(_update_many(meta, fields), [keys, *columns])
+    indexes = _indexes(plan, names)
+    key = plan.fields.index(meta.pk)
+    rows = plan.json_rows(objs, [key, *indexes], False)
+    with conn.cursor() as cursor:
+        cursor.execute(_update_many(meta, plan, key, indexes), [rows])
         if cursor.rowcount != len(objs):
             raise DatabaseError("Save with update_fields did not affect every row.")
+    fields = [plan.fields[i] for i in indexes]
     for obj in objs:
         obj._remember(fields)
 
 
-def _update_many(meta: Any, fields: list[Any]) -> str:
-    quote = connection.ops.quote_name
-    # varchar(40)[] is varchar[]: the column's own type checks the length (as _unnest_insert).
-    arrays = [meta.pk, *fields]
-    types = [re.sub(r"\(.*\)", "", f.db_type(connection)) for f in arrays]
-    names = [f"v{i}" for i in range(len(arrays))]
-    assignments = ", ".join(f"{quote(f.column)} = v.v{i + 1}" for i, f in enumerate(fields))
-    unnest = ", ".join(f"%s::{kind}[]" for kind in types)
-    return (
-        f"UPDATE {quote(meta.db_table)} AS t SET {assignments}"
-        f" FROM unnest({unnest}) AS v({', '.join(names)}) WHERE t.{quote(meta.pk.column)} = v.v0"
-    )
+_UPDATES_MANY: dict[tuple[Any, tuple[int, ...]], str] = {}
+
+
+def _update_many(meta: Any, plan: dbvalues.Plan, key: int, indexes: list[int]) -> str:
+    statement = _UPDATES_MANY.get((meta.model, tuple(indexes)))
+    if statement is None:
+        quote = connection.ops.quote_name
+        selects, source = plan.recordset([key, *indexes], "v")
+        assignments = ", ".join(
+            f"{quote(plan.fields[i].column)} = {select}"
+            for i, select in zip(indexes, selects[1:], strict=True)
+        )
+        statement = _UPDATES_MANY[(meta.model, tuple(indexes))] = (
+            f"UPDATE {quote(meta.db_table)} AS t SET {assignments}"
+            f" FROM {source} WHERE t.{quote(meta.pk.column)} = {selects[0]}"
+        )
+    return statement
 
 
 # The signed-in person with their tenant, on every console request (runs/backends.py): the

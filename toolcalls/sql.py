@@ -13,9 +13,10 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.db.models import F
 
+from runs import dbvalues
 from runs.models import Run, Tenant
 from toolcalls.models import Attempt, ObjectRevision, Receipt, ToolCall
 
@@ -44,11 +45,16 @@ _CONVERT = (_converters(_CALL), _converters(_RUN), _converters(_TENANT))
 
 
 def _make(model: Any, fields: Any, converters: list, values: tuple) -> Any:
+    """The model's instance of a whole row (toolcalls/sql_decision.py's reads)."""
     converted = [
         value if convert is None or value is None else convert(value, None, connection)
         for convert, value in zip(converters, values, strict=True)
     ]
-    return model.from_db(connection.alias, [f.attname for f in fields], converted)
+    return dbvalues.make(model, connection.alias, [f.attname for f in fields], converted)
+
+
+def _row(model: Any, values: tuple) -> Any:
+    return dbvalues.from_row(model, connections[DEFAULT_DB_ALIAS], values)
 
 
 # The same for many calls (a dispatch batch): one statement, in the order of their runs so
@@ -94,9 +100,9 @@ def lock_calls(tool_call_ids: list[str], *, skip_locked: bool = False) -> list[T
 
 def _call_of(row: tuple) -> ToolCall:
     first, second = len(_CALL), len(_CALL) + len(_RUN)
-    call = _make(ToolCall, _CALL, _CONVERT[0], row[:first])
-    run = _make(Run, _RUN, _CONVERT[1], row[first:second])
-    tenant = _make(Tenant, _TENANT, _CONVERT[2], row[second:])
+    call = _row(ToolCall, row[:first])
+    run = _row(Run, row[first:second])
+    tenant = _row(Tenant, row[second:])
     # As select_related leaves them: the related objects cached on the call.
     ToolCall.run.field.set_cached_value(call, run)
     ToolCall.tenant.field.set_cached_value(call, tenant)
@@ -243,7 +249,7 @@ def lock_run(*, tenant_id: int | None, run_id: str) -> Run | None:
         else:
             cursor.execute(_LOCK_TENANT_RUN, [run_id, tenant_id])
         row = cursor.fetchone()
-    return None if row is None else _make(Run, _RUN, _CONVERT[1], row)
+    return None if row is None else _row(Run, row)
 
 
 def calls_in_run(run_id: str) -> int:
@@ -268,12 +274,13 @@ def insert_call(call: ToolCall) -> None:
 
 def call_values(call: ToolCall) -> list[Any]:
     """The new call's column values, as `save(force_insert=True)` prepares them."""
-    return [field.get_db_prep_save(field.pre_save(call, True), connection) for field in _CALL]
+    plan = dbvalues.plan(ToolCall, connections[DEFAULT_DB_ALIAS])
+    return plan.params(call, plan.every, True)
 
 
 def call_inserted(call: ToolCall) -> None:
     call._state.adding, call._state.db = False, connection.alias
-    call._remember(_CALL)  # as save() leaves it: it knows what it was written with
+    call._remember_all()  # as save() leaves it: it knows what it was written with
 
 
 # --- the result envelope --------------------------------------------------------------------
@@ -367,6 +374,7 @@ def _call_steps_orm(
     for call_id, *receipt in receipts:
         steps[call_id]["receipts"].append(tuple(receipt))
     return steps
+
 
 # --- the record step's writes ---------------------------------------------------------------
 # A dispatch batch ended each call's attempt, bumped its object's revision and wrote its
