@@ -329,20 +329,7 @@ def tool_call_create(
     tally = _tally(run, call, capability)
     needed = gate.requirement_for(call, capability, tally.newest_policy_id)
     bind_log_ids(call)
-    created_at = timezone.now()  # before its events, as when the call was inserted first
-    # The call is written once, as its policy's transition leaves it (sql_propose.py): the
-    # transitions append their events, in order, and do not save it.
-    with transitions.saved_once(call):
-        tool_call_event(
-            call,
-            "tool_call.proposed",
-            _proposed_payload(call, capability, dependencies or []),
-            actor=actor,
-            producer="api",
-        )
-        message = _decide(call, needed, actor)
-        sql_propose.insert_decided(call, created_at=created_at, message=message)
-    sql_propose.call_written(call)
+    _write_decided(call, capability, needed, actor, dependencies or [])
     if dependencies:
         call.depends_on.set(dependencies)
     if needed.approvers:
@@ -356,6 +343,25 @@ def tool_call_create(
             requested_by=requested_by,
         )
     return call
+
+
+def _write_decided(
+    call: ToolCall,
+    capability: Capability,
+    needed: Requirement,
+    actor: str,
+    dependencies: list[ToolCall],
+) -> None:
+    """The call's `tool_call.proposed` event and its policy's transition, then the call written
+    once, as that transition leaves it (sql_propose.py): the transitions append their events,
+    in order, and do not save it."""
+    created_at = timezone.now()  # before its events, as when the call was inserted first
+    with transitions.saved_once(call):
+        payload = _proposed_payload(call, capability, dependencies)
+        tool_call_event(call, "tool_call.proposed", payload, actor=actor, producer="api")
+        message = _decide(call, needed, actor)
+        sql_propose.insert_decided(call, created_at=created_at, message=message)
+    sql_propose.call_written(call)
 
 
 def _tally(run: Run, call: ToolCall, capability: Capability) -> sql_propose.RunTally:
