@@ -11,19 +11,22 @@ import secrets
 import time
 
 _ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
-
-
-def _encode(value: int, length: int) -> str:
-    chars = []
-    for _ in range(length):
-        value, digit = divmod(value, 32)
-        chars.append(_ALPHABET[digit])
-    return "".join(reversed(chars))
+# Two characters per 10 bits: 13 look-ups for the 26 characters instead of 26 divmods (a
+# proposal makes five ids; the loop was 5 µs of each).
+_PAIRS = [first + second for first in _ALPHABET for second in _ALPHABET]
+_SHIFTS = tuple(range(120, -10, -10))
+_MILLIS_BITS = 2**50 - 1  # the 10 characters of time hold its lowest 50 bits
 
 
 def new_id(prefix: str) -> str:
-    millis = time.time_ns() // 1_000_000
-    return f"{prefix}_{_encode(millis, 10)}{_encode(secrets.randbits(80), 16)}"
+    return f"{prefix}_{_characters(time.time_ns() // 1_000_000, secrets.randbits(80))}"
+
+
+def _characters(millis: int, random: int) -> str:
+    """The 26 characters: 10 of `millis`, then 16 of the 80 random bits (tests/test_ids.py
+    checks them digit by digit)."""
+    value = (millis & _MILLIS_BITS) << 80 | random
+    return "".join([_PAIRS[(value >> shift) & 1023] for shift in _SHIFTS])
 
 
 # One place that lists every prefix, so that the same prefix never names two things.

@@ -18,12 +18,16 @@ from runs.models import OutboxMessage
 log = logging.getLogger(__name__)
 
 
-def enqueue(task: str, *args: Any, countdown: float = 0, publish_now: bool = True) -> OutboxMessage:
+def enqueue(
+    task: str, *args: Any, countdown: float = 0, publish_now: bool = True, write: bool = True
+) -> OutboxMessage:
     """Write a message in the caller's transaction; it is published once that commits.
 
     With `publish_now=False` the caller does the work itself right after the commit and marks
     the message done; the message is only a safety net that the sweeper publishes if the
-    caller died first.
+    caller died first. With `write=False` the caller INSERTs the returned message itself, in a
+    statement of its own in the same transaction (a new call's INSERT writes its dispatch
+    message: toolcalls/sql_propose.py); the commit does what it does for a written one.
 
     A task with a batch handler (runs/drain.py), due now, is not published on its own: the
     commit wakes a drainer, unless one is already woken."""
@@ -35,9 +39,10 @@ def enqueue(task: str, *args: Any, countdown: float = 0, publish_now: bool = Tru
         available_at=timezone.now() + timedelta(seconds=countdown),
         traceparent=telemetry.current_traceparent(),
     )
-    # The INSERT written out (runs/sql.py), as enqueue_many's: every approve POST and claim
-    # writes one, and the ORM's compilation of it was most of its cost.
-    sql.insert_rows([message])
+    if write:
+        # The INSERT written out (runs/sql.py), as enqueue_many's: every approve POST and
+        # claim writes one, and the ORM's compilation of it was most of its cost.
+        sql.insert_rows([message])
     if publish_now and drain.coalesces(task, countdown):
         # No message of its own: one wake-up for every row committed before a drainer starts.
         transaction.on_commit(drain.wake)

@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from types import SimpleNamespace
 
 import pytest
 import redis
@@ -359,3 +360,32 @@ def test_the_lease_reads_the_pending_index_with_a_plain_index_scan(handled) -> N
     with transaction.atomic(), CaptureQueriesContext(connection) as queries:
         drain.lease(5, tasks=[TASK])
     assert drain.PLAIN_INDEX_SCAN not in [query["sql"] for query in queries.captured_queries]
+
+
+def test_a_wake_up_after_redis_closed_the_kept_connection_still_wakes_a_drainer(
+    handled,
+) -> None:
+    """The flag is set on a connection each thread keeps (drain._set_flag_if_unset); one that
+    Redis closed meanwhile (a restart, an idle timeout) is replaced, and the wake-up goes."""
+    enqueue("first")
+    assert drain.outbox_drain() == 1
+    kept = drain._kept_connection()
+    kept.send_command("CLIENT", "ID")
+    broker().client_kill_filter(_id=kept.read_response())
+    flush_broker()
+
+    enqueue("second")
+
+    assert queued_tasks() == [drain.WAKE_TASK]
+    assert drain._kept_connection() is not kept
+    assert drain.outbox_drain() == 1 and handled.args == ["first", "second"]
+
+
+def test_a_forked_process_does_not_write_to_its_parents_kept_connection(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    kept = drain._kept_connection()
+    assert drain._kept_connection() is kept
+    monkeypatch.setattr(drain, "os", SimpleNamespace(getpid=lambda: os.getpid() + 1))
+
+    assert drain._kept_connection() is not kept

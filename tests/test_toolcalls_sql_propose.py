@@ -9,10 +9,12 @@ from typing import Any
 import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from approvals.models import Policy
+from runs import outbox, transitions
 from runs.events import verify_chain
-from runs.models import Event, Run, Tenant
+from runs.models import Event, OutboxMessage, Run, Tenant
 from runs.services import run_start
 from tests.helpers import BIG_REFUND, REFUND, ApiClient, propose, propose_in, start_run
 from tests.sandbox_process import Sandbox
@@ -163,16 +165,18 @@ def _new_call(run: Run, n: int) -> ToolCall:
     )
 
 
-@pytest.mark.parametrize("write", ["insert_call", "run_tally_and_insert"])
+@pytest.mark.parametrize("write", ["insert_call", "insert_decided"])
 def test_the_call_insert_writes_the_row_the_orm_writes(run: Run, write: str) -> None:
     with transaction.atomic():
         ours, theirs = _new_call(run, 1), _new_call(run, 2)
         if write == "insert_call":
             sql.insert_call(ours)
         else:
-            sql.lock_run(tenant_id=run.tenant_id, run_id=run.pk)
-            tally = sql_propose.run_tally_and_insert(ours, max_calls=1)
-            assert tally.inserted and tally.calls == 0  # counted before its own row
+            created_at = timezone.now()
+            with transitions.saved_once(ours):
+                sql_propose.insert_decided(ours, created_at=created_at, message=None)
+            sql_propose.call_written(ours)
+            assert ours.created_at == created_at
         theirs.save(force_insert=True)
 
     differ = (
@@ -192,17 +196,23 @@ def test_the_call_insert_writes_the_row_the_orm_writes(run: Run, write: str) -> 
     assert sql.calls_in_run(run.pk) == ToolCall.objects.filter(run=run).count() == 2
 
 
-def test_the_tally_inserts_nothing_past_the_runs_budget(run: Run) -> None:
+def test_the_calls_insert_writes_the_message_outbox_enqueue_writes(run: Run) -> None:
     with transaction.atomic():
-        sql.insert_call(_new_call(run, 1))
-        sql.lock_run(tenant_id=run.tenant_id, run_id=run.pk)
-        refused = _new_call(run, 2)
-        tally = sql_propose.run_tally_and_insert(refused, max_calls=1)
-    assert (tally.calls, tally.inserted) == (1, False)
-    assert refused._state.adding and not ToolCall.objects.filter(pk=refused.pk).exists()
+        call = _new_call(run, 1)
+        ours = outbox.enqueue("toolcalls.dispatch", call.pk, write=False)
+        with transitions.saved_once(call):
+            sql_propose.insert_decided(call, created_at=timezone.now(), message=ours)
+        theirs = outbox.enqueue("toolcalls.dispatch", call.pk)
+
+    stored = {m.pk: m for m in OutboxMessage.objects.filter(pk__in=[ours.pk, theirs.pk])}
+    assert _values(stored[ours.pk], "id", "created_at", "available_at") == _values(
+        stored[theirs.pk], "id", "created_at", "available_at"
+    )
+    assert _values(stored[ours.pk]) == _values(ours)  # dates as the object has them
+    assert not ours._state.adding and ToolCall.objects.filter(pk=call.pk).exists()
 
 
-def test_a_proposal_writes_its_events_chained_in_six_statements(
+def test_a_proposal_writes_its_events_chained_in_five_statements(
     run: Run, sandbox: Sandbox
 ) -> None:
     for n in (1, 2):  # the policy's row exists, and is cached
@@ -230,11 +240,12 @@ def test_a_proposal_writes_its_events_chained_in_six_statements(
     mine = [e for e in events if e.tool_call_id == call.pk]
     assert ToolCall.objects.get(pk=call.pk).created_at <= mine[0].recorded_at
     # The lookup; then in the transaction: lock the run, its tally (calls, chain head, newest
-    # policy) with the call's INSERT, the outbox row, the call's authorization, the events
-    # (BEGIN and COMMIT are not queries here). The events neither lock the run again nor read
-    # its head.
+    # policy), the call's INSERT as authorized with its outbox row, the events (BEGIN and
+    # COMMIT are not queries here). The events neither lock the run again nor read its head.
     statements = [q["sql"] for q in queries if not q["sql"].startswith(("SAVEPOINT", "RELEASE"))]
-    assert len(statements) == 6, "\n".join(s[:90] for s in statements)
+    assert len(statements) == 5, "\n".join(s[:90] for s in statements)
+    assert "runs_outboxmessage" in statements[3]
+    assert not any(s.startswith("UPDATE") for s in statements)
     assert not any("runs_run" in s and "FOR UPDATE" in s for s in statements[2:])
 
 

@@ -24,7 +24,7 @@ from approvals.policies import Requirement, current_policy, requirement
 from runs import events, logcontext, outbox
 from runs.canonical import digest
 from runs.errors import DomainError, not_found
-from runs.models import Tenant, User
+from runs.models import OutboxMessage, Tenant, User
 from runs.services import actor_for_user
 from toolcalls import capabilities, channels, errors, lifecycle, sql_decision, webhooks
 from toolcalls.capabilities import Capability
@@ -56,17 +56,20 @@ def tool_call_authorize(
     producer: str,
     reason: str,
     task: str = DISPATCH_TASK,
+    write_message: bool = True,
     **details: Any,
-) -> None:
+) -> OutboxMessage:
     """Authorized: dispatch it (at `next_attempt_at` when a retry waits). `task`: which
-    dispatch task, hence which queue (DISPATCH_APPROVED_TASK when a person just approved)."""
+    dispatch task, hence which queue (DISPATCH_APPROVED_TASK when a person just approved).
+    Returns the dispatch's outbox message; with `write_message=False` the caller writes it
+    (outbox.enqueue's `write`)."""
     tool_call_transition(
         call, "authorize", actor=actor, producer=producer, reason=reason, **details
     )
     countdown = 0.0
     if call.next_attempt_at:
         countdown = max(0.0, (call.next_attempt_at - timezone.now()).total_seconds())
-    outbox.enqueue(task, call.pk, countdown=countdown)
+    return outbox.enqueue(task, call.pk, countdown=countdown, write=write_message)
 
 
 def tool_call_hold_for_approval(

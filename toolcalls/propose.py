@@ -10,8 +10,8 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from approvals.models import Policy
-from approvals.policies import policy_preview, requirement
-from runs import events, logcontext
+from approvals.policies import Requirement, policy_preview, requirement
+from runs import events, logcontext, transitions
 from runs.canonical import digest
 from runs.errors import (
     AUTH_SCOPE_MISSING,
@@ -21,7 +21,7 @@ from runs.errors import (
     not_found,
 )
 from runs.ids import new_id
-from runs.models import ApiKey, Decision, Run, Tenant, User
+from runs.models import ApiKey, Decision, OutboxMessage, Run, Tenant, User
 from runs.selectors import run_get
 from toolcalls import capabilities, errors, gate, sql, sql_propose
 from toolcalls.capabilities import Capability
@@ -29,7 +29,7 @@ from toolcalls.capabilities.base import OpenCall
 from toolcalls.checks import business_check, invalid
 from toolcalls.models import ObjectRevision, ToolCall
 from toolcalls.selectors import proposed_args_digest
-from toolcalls.writes import bind_log_ids, tool_call_event
+from toolcalls.writes import bind_log_ids, tool_call_event, tool_call_transition
 
 
 def idempotency_key(tenant: Tenant, capability: Capability, object_ref: str, intent: str) -> str:
@@ -326,53 +326,12 @@ def tool_call_create(
         external_request_id=new_id("req"),
         compensation_of=compensation_of,
     )
-    tally = _count_and_insert(run, call, capability)
+    tally = _tally(run, call, capability)
+    needed = gate.requirement_for(call, capability, tally.newest_policy_id)
     bind_log_ids(call)
+    _write_decided(call, capability, needed, actor, dependencies or [])
     if dependencies:
         call.depends_on.set(dependencies)
-    tool_call_event(
-        call,
-        "tool_call.proposed",
-        _proposed_payload(call, capability, dependencies or []),
-        actor=actor,
-        producer="api",
-    )
-    _ask_policy(call, capability, actor, requested_by, tally.newest_policy_id)
-    return call
-
-
-def _count_and_insert(run: Run, call: ToolCall, capability: Capability) -> sql_propose.RunTally:
-    """Within the run's budget: the call written (in the tally's statement when nothing is
-    checked in between). The events of this block take the chain head the tally read."""
-    if call.object_revision is None:
-        tally = sql_propose.run_tally_and_insert(call, max_calls=run.max_tool_calls)
-    else:
-        tally = sql_propose.run_tally(
-            run_id=run.pk, tenant_id=run.tenant_id, capability_id=capability.id
-        )
-    if tally.calls >= run.max_tool_calls:
-        raise DomainError(
-            errors.MAX_STEPS_EXCEEDED,
-            f"Run {run.pk} has used its {run.max_tool_calls} tool calls.",
-        )
-    if not tally.inserted:
-        if call.object_revision is not None:
-            _check_object(run, capability, call.object_ref, call.object_revision)
-        sql.insert_call(call)
-    if tally.head_read:
-        events.batch_knows_head(run.pk, tally.head, [call.pk])
-    return tally
-
-
-def _ask_policy(
-    call: ToolCall,
-    capability: Capability,
-    actor: str,
-    requested_by: User | None,
-    newest_policy_id: int | None,
-) -> None:
-    """The current policy decides: held for people, or authorized and dispatched."""
-    needed = gate.requirement_for(call, capability, newest_policy_id)
     if needed.approvers:
         gate.tool_call_hold_for_approval(
             call=call,
@@ -380,13 +339,65 @@ def _ask_policy(
             needed=needed,
             actor=actor,
             producer="api",
-            reason=f"policy v{needed.policy.version}: {needed.rule_name}",
+            reason=_held_because(needed),
             requested_by=requested_by,
         )
-    else:
-        gate.tool_call_authorize(
-            call=call,
-            actor=actor,
-            producer="api",
-            reason=f"policy v{needed.policy.version} asks no approver",
+    return call
+
+
+def _write_decided(
+    call: ToolCall,
+    capability: Capability,
+    needed: Requirement,
+    actor: str,
+    dependencies: list[ToolCall],
+) -> None:
+    """The call's `tool_call.proposed` event and its policy's transition, then the call written
+    once, as that transition leaves it (sql_propose.py): the transitions append their events,
+    in order, and do not save it."""
+    created_at = timezone.now()  # before its events, as when the call was inserted first
+    with transitions.saved_once(call):
+        payload = _proposed_payload(call, capability, dependencies)
+        tool_call_event(call, "tool_call.proposed", payload, actor=actor, producer="api")
+        message = _decide(call, needed, actor)
+        sql_propose.insert_decided(call, created_at=created_at, message=message)
+    sql_propose.call_written(call)
+
+
+def _tally(run: Run, call: ToolCall, capability: Capability) -> sql_propose.RunTally:
+    """Within the run's budget, and the object's revision current: the run's tally. The
+    events of this block take the chain head it read."""
+    tally = sql_propose.run_tally(
+        run_id=run.pk, tenant_id=run.tenant_id, capability_id=capability.id
+    )
+    if tally.calls >= run.max_tool_calls:
+        raise DomainError(
+            errors.MAX_STEPS_EXCEEDED,
+            f"Run {run.pk} has used its {run.max_tool_calls} tool calls.",
         )
+    if call.object_revision is not None:
+        _check_object(run, capability, call.object_ref, call.object_revision)
+    if tally.head_read:
+        events.batch_knows_head(run.pk, tally.head, [call.pk])
+    return tally
+
+
+def _decide(call: ToolCall, needed: Requirement, actor: str) -> OutboxMessage | None:
+    """The policy's transition: held for people (the approval is opened once the call is
+    written), or authorized, with its dispatch message for the call's INSERT to write."""
+    if needed.approvers:
+        tool_call_transition(
+            call, "request_approval", actor=actor, producer="api", reason=_held_because(needed)
+        )
+        return None
+    return gate.tool_call_authorize(
+        call=call,
+        actor=actor,
+        producer="api",
+        reason=f"policy v{needed.policy.version} asks no approver",
+        write_message=False,
+    )
+
+
+def _held_because(needed: Requirement) -> str:
+    return f"policy v{needed.policy.version}: {needed.rule_name}"

@@ -1,24 +1,33 @@
-"""A proposal's statement once its run is locked: the run's tally, and the call's INSERT.
+"""A proposal's statements once its run is locked: the run's tally, then the call's INSERT in
+the state its policy decided, with its dispatch message.
 
 What a proposal needs after the run's lock — its calls (the budget), its last event (the
 chain head its events follow), the capability's newest policy id — is one statement instead
 of four (the count, the events' second lock of the run and their chain-head read, the policy's
 id). It must follow the lock, not join it: a read in the locking statement sees the snapshot
-from before the lock was granted (runs/sql.py, lock_and_read_head). When nothing has to be
-checked between the count and the INSERT (no object revision), the call's INSERT is in that
-statement too, made only if the run has room. tests/test_toolcalls_sql_propose.py proves the
-reads and the row are the ORM's.
+from before the lock was granted (runs/sql.py, lock_and_read_head).
+
+The call is then written once, after the policy decided and its transitions (authorize, or
+request approval) appended their events: one INSERT of the row as those transitions left it,
+with the authorized call's outbox message in the same statement, where the call used to be
+inserted as proposed, then UPDATEd by its transition, and its message inserted on its own
+(three statements). `created_at` is taken before the events, as the INSERT used to give it.
+tests/test_toolcalls_sql_propose.py proves the reads and the rows are the ORM's, and the
+events and rows those of the path written step by step.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from django.db import connection
 
+from runs import sql as runs_sql
+from runs.models import OutboxMessage
 from toolcalls.models import ToolCall
-from toolcalls.sql import _CALL, call_inserted, call_values, calls_in_run
+from toolcalls.sql import _CALL, _INSERT_CALL, call_values, calls_in_run
 
 _TALLY = (
     "SELECT (SELECT count(*) FROM toolcalls_toolcall WHERE run_id = %s) AS calls,"
@@ -27,13 +36,16 @@ _TALLY = (
     " FROM (SELECT 1) AS one LEFT JOIN (SELECT id, seq, hash FROM runs_event"
     " WHERE run_id = %s ORDER BY seq DESC LIMIT 1) AS h ON true"
 )
-# The INSERT sees the statement's snapshot, as the tally does: the count excludes the call.
-_TALLY_AND_INSERT = (
-    f"WITH t AS ({_TALLY}), i AS (INSERT INTO toolcalls_toolcall"
-    f" ({', '.join(f.column for f in _CALL)})"
-    f" SELECT {', '.join(['%s'] * len(_CALL))} FROM t WHERE t.calls < %s RETURNING 1)"
-    " SELECT t.*, EXISTS (SELECT 1 FROM i) FROM t"
+_MESSAGE = OutboxMessage._meta.concrete_fields
+# A data-modifying WITH runs to completion whether or not the statement reads it.
+_INSERT_CALL_AND_MESSAGE = (
+    f"WITH c AS ({_INSERT_CALL}) INSERT INTO {OutboxMessage._meta.db_table}"
+    f" ({', '.join(f.column for f in _MESSAGE)}) VALUES ({', '.join(['%s'] * len(_MESSAGE))})"
 )
+_CREATED_AT = next(i for i, f in enumerate(_CALL) if f.name == "created_at")
+# Columns that every save writes anew (updated_at).
+_AUTO_NOW = [f for f in _CALL if getattr(f, "auto_now", False)]
+_REMEMBERED = [f for f in _CALL if f not in _AUTO_NOW]
 
 
 @dataclass(frozen=True)
@@ -42,7 +54,6 @@ class RunTally:
     newest_policy_id: int | None  # approvals.sql.newest_policy_id of the capability
     head_read: bool  # False: `head` was not read (SQLite), the events read it themselves
     head: dict[str, Any] | None = None  # the run's last event (id, seq, hash); None: none yet
-    inserted: bool = False  # the call's row was written by the same statement
 
 
 def run_tally(*, run_id: str, tenant_id: int, capability_id: str) -> RunTally:
@@ -51,26 +62,38 @@ def run_tally(*, run_id: str, tenant_id: int, capability_id: str) -> RunTally:
         return RunTally(calls_in_run(run_id), None, head_read=False)
     with connection.cursor() as cursor:
         cursor.execute(_TALLY, [run_id, tenant_id, capability_id, run_id])
-        return _tally(*cursor.fetchone())
-
-
-def run_tally_and_insert(call: ToolCall, *, max_calls: int) -> RunTally:
-    """`run_tally` of the call's run (locked), and `insert_call(call)` in the same statement
-    when the run has fewer than `max_calls` calls (`inserted`)."""
-    if connection.vendor != "postgresql":
-        return run_tally(
-            run_id=call.run_id, tenant_id=call.tenant_id, capability_id=call.capability_id
-        )
-    tally = [call.run_id, call.tenant_id, call.capability_id, call.run_id]
-    with connection.cursor() as cursor:
-        cursor.execute(_TALLY_AND_INSERT, [*tally, *call_values(call), max_calls])
-        found = _tally(*cursor.fetchone())
-    if found.inserted:
-        call_inserted(call)
-    return found
-
-
-def _tally(calls: int, policy_id: int | None, *rest: Any) -> RunTally:
-    last, inserted = rest[:3], rest[3] if len(rest) > 3 else False
+        calls, policy_id, *last = cursor.fetchone()
     head = None if last[0] is None else dict(zip(("id", "seq", "hash"), last, strict=True))
-    return RunTally(calls, policy_id, head_read=True, head=head, inserted=inserted)
+    return RunTally(calls, policy_id, head_read=True, head=head)
+
+
+def insert_decided(call: ToolCall, *, created_at: datetime, message: OutboxMessage | None) -> None:
+    """INSERT the new call as `save(force_insert=True)` would write it now, but for
+    `created_at`, and the not yet written outbox `message` (if any) as outbox.enqueue would,
+    in one statement. Inside `transitions.saved_once(call)`, whose save at the block's end then
+    finds nothing to write; `call_written(call)` after that block."""
+    values = call_values(call)
+    call.created_at = created_at
+    values[_CREATED_AT] = _CALL[_CREATED_AT].get_db_prep_save(created_at, connection)
+    if message is None:
+        with connection.cursor() as cursor:
+            cursor.execute(_INSERT_CALL, values)
+    elif connection.vendor != "postgresql":  # no INSERT in a WITH
+        with connection.cursor() as cursor:
+            cursor.execute(_INSERT_CALL, values)
+        runs_sql.insert_rows([message])
+    else:
+        row = [f.get_db_prep_save(f.pre_save(message, True), connection) for f in _MESSAGE]
+        with connection.cursor() as cursor:
+            cursor.execute(_INSERT_CALL_AND_MESSAGE, [*values, *row])
+        message._state.adding, message._state.db = False, connection.alias
+    call._state.adding, call._state.db = False, connection.alias
+    # Everything is written; updated_at, which a save always writes, is remembered after the
+    # block (call_written), so that the block's end has no column to save.
+    call._remember(_REMEMBERED)
+
+
+def call_written(call: ToolCall) -> None:
+    """After `saved_once`'s block: the call knows every column it was written with, as
+    toolcalls.sql.call_inserted leaves a call (its next transition saves what it changes)."""
+    call._remember(_AUTO_NOW)
