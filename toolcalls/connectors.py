@@ -7,6 +7,7 @@ pages or logs: nothing here logs a header, and `Endpoint.__repr__` hides the tok
 
 from __future__ import annotations
 
+import json as jsonlib
 import os
 import threading
 from dataclasses import dataclass, field
@@ -14,6 +15,9 @@ from typing import Any
 
 import httpx
 from django.conf import settings
+
+from config import telemetry
+from toolcalls import keepalive
 
 # The sandbox's development credentials: used only for tenants without configured connectors.
 SANDBOX_TOKENS = {
@@ -75,4 +79,34 @@ def request(
         headers={"Authorization": f"Bearer {endpoint.token}", **(headers or {})},
         # Connecting is bounded separately: a refused or slow connect means nothing was sent.
         timeout=httpx.Timeout(timeout, connect=min(timeout, 3.0)),
+    )
+
+
+def write(
+    endpoint: Endpoint,
+    method: str,
+    path: str,
+    *,
+    timeout: float,
+    json: dict[str, Any] | None,
+    headers: dict[str, str],
+) -> keepalive.Answer:
+    """A tool call's request, sent once over this thread's kept-alive connection
+    (toolcalls/keepalive.py). Traced, it goes through httpx, whose instrumentation gives it
+    its span and traceparent header. Raises keepalive's errors or httpx's accordingly."""
+    if telemetry.enabled():
+        response = request(endpoint, method, path, timeout=timeout, json=json, headers=headers)
+        return keepalive.Answer(response.status_code, response.content, response.headers)
+    all_headers = {"Authorization": f"Bearer {endpoint.token}", **headers}
+    body = None
+    if json is not None:
+        # The bytes httpx sent for `json=`, so a retry's body is the first one's.
+        body = jsonlib.dumps(json, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        all_headers["Content-Type"] = "application/json"
+    return keepalive.send(
+        method,
+        endpoint.base_url + path,
+        all_headers,
+        None if body is None else body.encode(),
+        timeout=timeout,
     )
