@@ -7,9 +7,11 @@ pages or logs: nothing here logs a header, and `Endpoint.__repr__` hides the tok
 
 from __future__ import annotations
 
+import functools
 import json as jsonlib
 import os
 import threading
+import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -93,8 +95,9 @@ def write(
 ) -> keepalive.Answer:
     """A tool call's request, sent once over this thread's kept-alive connection
     (toolcalls/keepalive.py). Traced, it goes through httpx, whose instrumentation gives it
-    its span and traceparent header. Raises keepalive's errors or httpx's accordingly."""
-    if telemetry.enabled():
+    its span and traceparent header; with a proxy in the environment too, as httpx honours
+    it and http.client does not. Raises keepalive's errors or httpx's accordingly."""
+    if telemetry.enabled() or _proxy_configured():
         response = request(endpoint, method, path, timeout=timeout, json=json, headers=headers)
         return keepalive.Answer(response.status_code, response.content, response.headers)
     all_headers = {"Authorization": f"Bearer {endpoint.token}", **headers}
@@ -110,3 +113,9 @@ def write(
         None if body is None else body.encode(),
         timeout=timeout,
     )
+
+
+@functools.cache
+def _proxy_configured() -> bool:
+    # The proxies httpx reads (HTTP_PROXY, HTTPS_PROXY, ALL_PROXY): httpx then applies NO_PROXY.
+    return any(urllib.request.getproxies().get(scheme) for scheme in ("http", "https", "all"))

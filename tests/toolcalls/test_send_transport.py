@@ -27,7 +27,7 @@ from config import telemetry
 from runs.models import Run
 from tests.helpers import fresh, propose_in
 from tests.sandbox_process import Sandbox
-from toolcalls import capabilities, dispatch, keepalive
+from toolcalls import capabilities, connectors, dispatch, keepalive
 from toolcalls.dispatch import Claim
 from toolcalls.send import Outcome, send
 
@@ -259,6 +259,23 @@ def test_traced_a_write_goes_through_httpx_with_the_same_rules(
     ]
     assert server.received[0]["headers"]["User-Agent"].startswith("python-httpx")
     assert server.received[0]["headers"]["Idempotency-Key"] == "key_1"
+
+
+def test_with_a_proxy_in_the_environment_a_write_goes_through_httpx(
+    server: _Server, monkeypatch
+) -> None:
+    # httpx honours HTTP(S)_PROXY and http.client does not; NO_PROXY lets this one through.
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    connectors._proxy_configured.cache_clear()
+    monkeypatch.setattr(connectors, "_client", lambda: httpx.Client())
+    try:
+        outcome = send(_claim(1))
+    finally:
+        connectors._proxy_configured.cache_clear()
+
+    assert _kinds(outcome) == [("confirmed", "")]
+    assert server.received[0]["headers"]["User-Agent"].startswith("python-httpx")
 
 
 # --- TLS --------------------------------------------------------------------------------------
