@@ -96,7 +96,11 @@ def _connect(scheme: str, netloc: str, timeout: float) -> http.client.HTTPConnec
         connection = http.client.HTTPConnection(netloc, timeout=min(timeout, CONNECT_TIMEOUT))
     # http.client would otherwise reconnect by itself when its socket is gone, and send again.
     connection.auto_open = 0
-    connection.connect()
+    try:
+        connection.connect()
+    except BaseException:
+        connection.close()  # a socket opened before a refused TLS handshake is not left open
+        raise
     connection.sock.settimeout(timeout)
     return connection
 

@@ -329,7 +329,9 @@ def test_over_tls_writes_share_a_verified_connection_and_a_closed_one_is_replace
     assert len(tls_server.received) == 3
 
 
-def test_over_tls_an_untrusted_certificate_means_not_sent(tls_server: _Server, monkeypatch) -> None:
+def test_over_tls_an_untrusted_certificate_means_not_sent(
+    tls_server: _Server, certificate: Path, monkeypatch
+) -> None:
     monkeypatch.setattr(keepalive, "_tls", None)  # httpx's trust: certifi's roots
 
     outcome = send(_claim(1))
@@ -337,6 +339,9 @@ def test_over_tls_an_untrusted_certificate_means_not_sent(tls_server: _Server, m
     assert _kinds(outcome) == [("retryable", "tool.unreachable")]
     assert "CERTIFICATE_VERIFY_FAILED" in outcome.message
     assert tls_server.received == []
+    # Trusted, the next write is sent: a refused handshake left nothing behind.
+    monkeypatch.setattr(keepalive, "_tls", ssl.create_default_context(cafile=str(certificate)))
+    assert _kinds(send(_claim(2))) == [("confirmed", "")]
 
 
 # --- against the sandbox ---------------------------------------------------------------------
