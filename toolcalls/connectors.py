@@ -7,13 +7,19 @@ pages or logs: nothing here logs a header, and `Endpoint.__repr__` hides the tok
 
 from __future__ import annotations
 
+import functools
+import json as jsonlib
 import os
 import threading
+import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 from django.conf import settings
+
+from config import telemetry
+from toolcalls import keepalive
 
 # The sandbox's development credentials: used only for tenants without configured connectors.
 SANDBOX_TOKENS = {
@@ -76,3 +82,40 @@ def request(
         # Connecting is bounded separately: a refused or slow connect means nothing was sent.
         timeout=httpx.Timeout(timeout, connect=min(timeout, 3.0)),
     )
+
+
+def write(
+    endpoint: Endpoint,
+    method: str,
+    path: str,
+    *,
+    timeout: float,
+    json: dict[str, Any] | None,
+    headers: dict[str, str],
+) -> keepalive.Answer:
+    """A tool call's request, sent once over this thread's kept-alive connection
+    (toolcalls/keepalive.py). Traced, it goes through httpx, whose instrumentation gives it
+    its span and traceparent header; with a proxy in the environment too, as httpx honours
+    it and http.client does not. Raises keepalive's errors or httpx's accordingly."""
+    if telemetry.enabled() or _proxy_configured():
+        response = request(endpoint, method, path, timeout=timeout, json=json, headers=headers)
+        return keepalive.Answer(response.status_code, response.content, response.headers)
+    all_headers = {"Authorization": f"Bearer {endpoint.token}", **headers}
+    body = None
+    if json is not None:
+        # The bytes httpx sent for `json=`, so a retry's body is the first one's.
+        body = jsonlib.dumps(json, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        all_headers["Content-Type"] = "application/json"
+    return keepalive.send(
+        method,
+        endpoint.base_url + path,
+        all_headers,
+        None if body is None else body.encode(),
+        timeout=timeout,
+    )
+
+
+@functools.cache
+def _proxy_configured() -> bool:
+    # The proxies httpx reads (HTTP_PROXY, HTTPS_PROXY, ALL_PROXY): httpx then applies NO_PROXY.
+    return any(urllib.request.getproxies().get(scheme) for scheme in ("http", "https", "all"))

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from toolcalls import capabilities, connectors, errors
+from toolcalls import capabilities, connectors, errors, keepalive
 from toolcalls.writes import timeout_of
 
 if TYPE_CHECKING:
@@ -37,7 +37,7 @@ def send(claim: Claim) -> Outcome:
         headers["Idempotency-Key"] = claim.idempotency_key
     endpoint = connectors.endpoint_for(claim.tenant_slug, capability.system)
     try:
-        response = connectors.request(
+        answer = connectors.write(
             endpoint,
             request.method,
             request.path,
@@ -45,31 +45,37 @@ def send(claim: Claim) -> Outcome:
             headers=headers,
             timeout=timeout_of(capability),
         )
-    except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+    # Each rule names the kept-alive transport's error and httpx's (a traced process) alike.
+    except (
+        keepalive.NotSent,
+        httpx.ConnectError,
+        httpx.ConnectTimeout,
+        httpx.PoolTimeout,
+    ) as exc:
         # The connection never opened: nothing was sent.
         return Outcome("retryable", errors.UNREACHABLE, f"{type(exc).__name__}: {exc}")
-    except httpx.TimeoutException as exc:
+    except (keepalive.NoAnswerInTime, httpx.TimeoutException) as exc:
         return Outcome("unknown", errors.TIMEOUT, f"no answer in time ({type(exc).__name__})")
-    except httpx.TransportError as exc:
+    except (keepalive.AnswerLost, httpx.TransportError) as exc:
         # Sent, then the connection broke: the system may have done it.
         return Outcome("unknown", errors.CONNECTION_LOST, f"{type(exc).__name__}: {exc}")
-    return classify(response)
+    return classify(answer)
 
 
-def classify(response: httpx.Response) -> Outcome:
-    status = response.status_code
+def classify(answer: keepalive.Answer) -> Outcome:
+    status = answer.status
     try:
-        body = response.json()
+        body = answer.json()
     except ValueError:
-        body = {"text": response.text[:500]}
+        body = {"text": answer.body.decode("utf-8", "replace")[:500]}
     if not isinstance(body, dict):
         body = {"value": body}
     remote = f"{status} {body.get('error', '')}: {body.get('message', '')}".strip()
     if 200 <= status < 300:
-        replayed = response.headers.get("Idempotent-Replayed", "").lower() == "true"
+        replayed = answer.header("Idempotent-Replayed").lower() == "true"
         return Outcome("confirmed", http_status=status, body=body, replayed=replayed)
     if status == 429:
-        retry_after = response.headers.get("Retry-After", "")
+        retry_after = answer.header("Retry-After")
         return Outcome(
             "retryable",
             errors.RATE_LIMITED,
