@@ -8,7 +8,10 @@ from datetime import datetime
 from typing import Any
 
 from django.db.models import Count, Exists, OuterRef, Prefetch, Q, QuerySet, Subquery
-from django.utils import timezone
+from django.urls import reverse
+from django.utils import dateformat, timezone
+from django.utils.timesince import timesince
+from django.utils.timezone import localtime
 
 from approvals.models import Approval, ApprovalDecision
 from console.formatting import escaped as _h
@@ -228,4 +231,60 @@ def settled_suggestion(call: ToolCall, capability: capabilities.Capability | Non
     return (
         f"Nothing to do now: it is {call.get_execution_status_display().lower()}, verification "
         f"{call.get_verification_status_display().lower()}; it settles by itself."
+    )
+
+
+def desk_rows(items: list[dict[str, Any]], *, user_id: int, csrf_input: str) -> str:
+    """The desk's rows as HTML, in one pass: at a million events the template's loop (four
+    `{% url %}`s, filters and look-ups per row, a hundred rows) was most of the page's time.
+    Writes what templates/toolcalls/desk.html wrote; `csrf_input` is the hidden input
+    `{% csrf_token %}` writes."""
+    item_url = reverse("desk:item", args=["ID"]).replace("ID", "{}")
+    run_url = reverse("runs:detail", args=["ID"]).replace("ID", "{}")
+    resume_url = reverse("desk:resume-run", args=["ID"]).replace("ID", "{}")
+    rows = []
+    for item in items:
+        call, run = item["call"], item["run"]
+        since = localtime(item["since"])
+        row_id = call.id if call else run.id
+        stamp, dwell = _h(dateformat.format(since, "c")), _h(timesince(since))
+        waiting = f'title="since {stamp}" class="dwell">{dwell}'
+        if call:
+            what = _call_cells(call, item["kind"], user_id, _h(item_url.format(call.id)))
+            last = f'<a href="{_h(item_url.format(call.id))}">Handoff packet</a>'
+        else:
+            what = _RUN_CELLS
+            action = _h(resume_url.format(run.id))
+            last = f'\n          <form method="post" action="{action}">{csrf_input}{_RESUME}'
+
+        rows.append(
+            f'<tr id="row-{_h(row_id)}">\n        <td data-label="Waiting" {waiting}</td>\n        '
+            f'{what}\n        <td><a href="{_h(run_url.format(run.id))}">{_h(run.title)}</a></td>\n'
+            f"        <td>{last}</td>\n      </tr>"
+        )
+    return "\n".join(rows)
+
+
+_RESUME = (
+    '<input name="evidence" placeholder="why it can go on" aria-label="Reason to resume">'
+    '<button type="submit">Resume the run</button></form>'
+)
+_RUN_CELLS = (
+    '<td data-label="What">The run needs a person (nothing in it is unknown: an approval expired,'
+    ' or the agent ended it so)</td>\n          <td data-label="State"><span class="state'
+    ' state-needs_human">run needs_human</span></td>'
+)
+
+
+def _call_cells(call: ToolCall, kind: str, user_id: int, url: str) -> str:
+    owner = ""
+    if call.desk_owner_id:
+        who = "Yours" if call.desk_owner_id == user_id else f"{_h(call.desk_owner.username)} has it"
+        owner = f'<br><span class="owner">{who}</span>'
+    return (
+        f'<td data-label="What"><a href="{url}">{_h(call.capability_id)}</a> <code class="muted">'
+        f'{_h(call.id)}</code><br><span class="muted">{_h(call.last_error_name)}</span>'
+        f"{owner}</td>\n"
+        f'          <td data-label="State"><span class="state state-{_h(call.execution_status)}">'
+        f"{_h(kind)}</span></td>"
     )

@@ -7,7 +7,10 @@ from collections.abc import Callable
 
 from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
+from django.middleware.csrf import get_token
 from django.shortcuts import redirect, render
+from django.utils.html import format_html
+from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_POST
 
 from console import desk
@@ -30,10 +33,20 @@ def desk_list(request: HttpRequest) -> HttpResponse:
     template = "toolcalls/desk.html#desk-rows" if request.htmx else "toolcalls/desk.html"
     context = {
         "items": items,
+        "rows": mark_safe(  # every value in them escaped by desk_rows
+            desk.desk_rows(items, user_id=request.user.pk, csrf_input=_csrf_input(request))
+        ),
         "more": max(0, counts.items - len(items)),
         "systems": counts.systems,
     }
     return render(request, template, context)
+
+
+def _csrf_input(request: HttpRequest) -> str:
+    # What {% csrf_token %} writes.
+    return format_html(
+        '<input type="hidden" name="csrfmiddlewaretoken" value="{}">', get_token(request)
+    )
 
 
 def _call(request: HttpRequest, tool_call_id: str) -> ToolCall:
