@@ -37,22 +37,6 @@ _LOCK = (
 )
 
 
-def _converters(fields: Any) -> list:
-    return [getattr(field, "from_db_value", None) for field in fields]
-
-
-_CONVERT = (_converters(_CALL), _converters(_RUN), _converters(_TENANT))
-
-
-def _make(model: Any, fields: Any, converters: list, values: tuple) -> Any:
-    """The model's instance of a whole row (toolcalls/sql_decision.py's reads)."""
-    converted = [
-        value if convert is None or value is None else convert(value, None, connection)
-        for convert, value in zip(converters, values, strict=True)
-    ]
-    return dbvalues.make(model, connection.alias, [f.attname for f in fields], converted)
-
-
 def _row(model: Any, values: tuple) -> Any:
     return dbvalues.from_row(model, connections[DEFAULT_DB_ALIAS], values)
 

@@ -15,15 +15,13 @@ from runs.models import Run, Tenant
 from toolcalls.models import ToolCall
 from toolcalls.sql import (
     _CALL,
-    _CONVERT,
     _PENDING,
     _RUN,
     _TENANT,
     _UNCONFIRMED,
     _call_of,
     _columns,
-    _converters,
-    _make,
+    _row,
     lock_call,
 )
 
@@ -41,8 +39,6 @@ from toolcalls.sql import (
 # tests/test_toolcalls_sql_decision.py proves they answer what the ORM's queries answered.
 _APPROVAL = Approval._meta.concrete_fields
 _POLICY = Policy._meta.concrete_fields
-_APPROVAL_CONVERT = _converters(_APPROVAL)
-_POLICY_CONVERT = _converters(_POLICY)
 
 # With the approval, the business check's read (calls_effect_pending): the tenant's other calls
 # of the capability on the call's object whose effect may not show yet, oldest first.
@@ -101,10 +97,10 @@ def decision_read(*, tenant_id: int, approval_id: str) -> DecisionRead | None:
     found = found[0]
     if isinstance(found, str | bytes):  # json, as Django's psycopg setup leaves it: text
         found = json.loads(found)
-    approval = _make(Approval, _APPROVAL, _APPROVAL_CONVERT, a)
-    Approval.tenant.field.set_cached_value(approval, _make(Tenant, _TENANT, _CONVERT[2], t))
-    Approval.run.field.set_cached_value(approval, _make(Run, _RUN, _CONVERT[1], r))
-    Approval.tool_call.field.set_cached_value(approval, _make(ToolCall, _CALL, _CONVERT[0], c))
+    approval = _row(Approval, a)
+    Approval.tenant.field.set_cached_value(approval, _row(Tenant, t))
+    Approval.run.field.set_cached_value(approval, _row(Run, r))
+    Approval.tool_call.field.set_cached_value(approval, _row(ToolCall, c))
     return DecisionRead(approval, [tuple(call) for call in found or []])
 
 
@@ -146,9 +142,9 @@ def lock_for_decision(*, tenant_id: int, approval_id: str) -> tuple[Approval, To
     if row is None:
         return None
     a, p, rest = _split(row, len(_APPROVAL), len(_POLICY), len(row))
-    approval = _make(Approval, _APPROVAL, _APPROVAL_CONVERT, a)
+    approval = _row(Approval, a)
     call = _call_of(rest)
-    Approval.policy.field.set_cached_value(approval, _make(Policy, _POLICY, _POLICY_CONVERT, p))
+    Approval.policy.field.set_cached_value(approval, _row(Policy, p))
     Approval.tool_call.field.set_cached_value(approval, call)
     if approval.run_id == call.run_id:  # always: an approval is opened in its call's run
         Approval.run.field.set_cached_value(approval, call.run)
@@ -179,7 +175,7 @@ def lock_latest_approval(call: ToolCall) -> Approval | None:
         with connection.cursor() as cursor:
             cursor.execute(_LATEST_APPROVAL_LOCK, [call.pk])
             row = cursor.fetchone()
-        approval = None if row is None else _make(Approval, _APPROVAL, _APPROVAL_CONVERT, row)
+        approval = None if row is None else _row(Approval, row)
     if approval is None:
         return None
     Approval.tool_call.field.set_cached_value(approval, call)
