@@ -299,8 +299,16 @@ class Event(models.Model):
             models.Index(fields=["tenant", "recorded_at"]),
             # A tool call's last event (its next event's cause) is one step back from the end.
             models.Index(fields=["tool_call_id", "seq"], name="event_tool_call_seq"),
-            models.Index(fields=["decision_id"], name="event_decision"),
-            models.Index(fields=["approval_id"], name="event_approval"),
+            # Blank on most events (a call's seven dispatch events carry a decision only if
+            # the agent named one, an approval only if one was asked): indexed where set only,
+            # so those events write two index entries fewer. A look-up of an id (`= 'apr_…'`)
+            # implies `<> ''`, so it still reads these.
+            models.Index(
+                fields=["decision_id"], condition=~models.Q(decision_id=""), name="event_decision"
+            ),
+            models.Index(
+                fields=["approval_id"], condition=~models.Q(approval_id=""), name="event_approval"
+            ),
             models.Index(fields=["correlation_id"], name="event_correlation"),
             # The audit trail, newest first, one page at a time (its keyset cursor is these
             # columns), and a person's events in the same order: actors are matched whole, in

@@ -2,7 +2,7 @@
 
 Each INSERT, and each UPDATE that changes an indexed column (a call's status, an outbox row's
 lease and `done_at`), writes an entry in every index of its table: an index no statement reads
-is CPU on every call for nothing. This lists each index of the four tables a dispatched call
+is CPU on every call for nothing. This lists each index of the five tables a dispatched call
 writes most, with what reads it; a new index is added here with its reader."""
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ EXPECTED = {
         "event_unique_hash": "the chain: no two events with one hash",
         "runs_event_tenant__95d187_idx": "the tenant's events by time (eval traces)",
         "event_tool_call_seq": "a call's last event (its next event's cause)",
-        "event_decision": "a decision's events",
-        "event_approval": "an approval's events",
+        "event_decision": "a decision's events (only events with one)",
+        "event_approval": "an approval's events (only events with one)",
         "event_correlation": "events by correlation id (the API's filter)",
         "event_audit": "the audit page, newest first",
         "event_person": "a person's events on the audit page",
@@ -37,14 +37,20 @@ EXPECTED = {
         "toolcall_desk": "the desk",
         "toolcalls_t_run_id_0c9543_idx": "a run's calls (run page, calls_in_run)",
         "toolcalls_t_executi_c1d76e_idx": "the sweeper's expired leases",
-        "toolcalls_toolcall_compensation_of_id_key": "one compensation per call",
+        "toolcall_one_compensation": "one compensation per call (calls that compensate)",
         "toolcalls_toolcall_external_request_id_key": "a call by its request id (lookups)",
-        "toolcalls_toolcall_decision_id_ab6e126e": "the foreign key's check on a decision",
-        "toolcalls_toolcall_desk_owner_id_99d3bc3a": "the foreign key's check on a user",
+        "toolcall_decision": "the foreign key's check on a decision (calls with one)",
+        "toolcall_desk_owner": "the foreign key's check on a user (calls taken on the desk)",
     },
     "runs_outboxmessage": {
         "runs_outboxmessage_pkey": "mark_done, the sweeper's claim",
         "outbox_pending_idx": "the drainer's lease and the sweeper: undone rows only",
+    },
+    "toolcalls_receipt": {
+        "toolcalls_receipt_pkey": "a receipt by id",
+        "toolcalls_receipt_tool_call_id_0c194f80": "a call's receipts",
+        "toolcalls_receipt_attempt_id_54446161": "the foreign key's check on an attempt",
+        "receipt_replayed": "/metrics' deduplicated resends",
     },
     "toolcalls_attempt": {
         "toolcalls_attempt_pkey": "an attempt by id (its end)",

@@ -271,7 +271,7 @@ def test_the_envelopes_relations_are_the_orms(run: Run, sandbox: Sandbox) -> Non
 
     for call in (first, second, held):
         call = ToolCall.objects.get(pk=call.pk)
-        compensation = getattr(call, "compensation", None)
+        compensation = call.compensations.first()
         assert sql.call_relations(call) == sql.Relations(
             call.attempts.count(),
             compensation.pk if compensation else None,

@@ -89,7 +89,10 @@ class ToolCall(FSMModelMixin, SavesChangedFields, models.Model):
     tenant = models.ForeignKey(Tenant, models.PROTECT, related_name="tool_calls", db_index=False)
     run = models.ForeignKey(Run, models.PROTECT, related_name="tool_calls", db_index=False)
     capability_id = models.CharField(max_length=100)
-    decision = models.ForeignKey(Decision, null=True, blank=True, on_delete=models.PROTECT)
+    # NULL in nearly every row: indexed in Meta only where set (toolcall_decision).
+    decision = models.ForeignKey(
+        Decision, null=True, blank=True, on_delete=models.PROTECT, db_index=False
+    )
     intent = models.CharField(max_length=200)
     object_ref = models.CharField(max_length=200)
     # The revision the agent computed the call from; None: no precondition on the object.
@@ -118,12 +121,24 @@ class ToolCall(FSMModelMixin, SavesChangedFields, models.Model):
     depends_on = models.ManyToManyField(
         "self", symmetrical=False, blank=True, related_name="dependents"
     )
-    compensation_of = models.OneToOneField(
-        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="compensation"
+    # At most one compensation per call: toolcall_one_compensation in Meta, a unique index on
+    # the rows that have one only (a OneToOneField's index would hold every call's NULL).
+    compensation_of = models.ForeignKey(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="compensations",
+        db_index=False,
     )
     # The admin who took this item on the unknowns desk, so others see who has it.
     desk_owner = models.ForeignKey(
-        "runs.User", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+        "runs.User",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        db_index=False,
     )
     desk_claimed_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -134,7 +149,12 @@ class ToolCall(FSMModelMixin, SavesChangedFields, models.Model):
         constraints = [
             models.UniqueConstraint(
                 fields=["tenant", "idempotency_key"], name="toolcall_unique_key_per_tenant"
-            )
+            ),
+            models.UniqueConstraint(
+                fields=["compensation_of"],
+                condition=models.Q(compensation_of__isnull=False),
+                name="toolcall_one_compensation",
+            ),
         ]
         indexes = [
             models.Index(fields=["execution_status", "lease_expires_at"]),
@@ -153,6 +173,19 @@ class ToolCall(FSMModelMixin, SavesChangedFields, models.Model):
                 include=["execution_status", "lease_expires_at", "capability_id"],
                 condition=models.Q(execution_status__in=DESK_STATUSES),
                 name="toolcall_desk",
+            ),
+            # Three columns NULL in nearly every row: indexed where set only, as each status
+            # change (never HOT) writes an entry in every index. `x = %s`, the foreign key's
+            # check included, implies `x IS NOT NULL`, so these serve every look-up by value.
+            models.Index(
+                fields=["decision"],
+                condition=models.Q(decision__isnull=False),
+                name="toolcall_decision",
+            ),
+            models.Index(
+                fields=["desk_owner"],
+                condition=models.Q(desk_owner__isnull=False),
+                name="toolcall_desk_owner",
             ),
         ]
 
