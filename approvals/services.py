@@ -206,13 +206,15 @@ def approval_record_decision(
             ALREADY_APPROVED_BY_YOU,
             f"You approved already; it needs {approval.required_approvers} different people.",
         )
-    ApprovalDecision.objects.create(
-        approval=approval,
-        user=user,
-        decision=kind,
-        reason=reason,
-        summary_hash=approval.summary_hash,
-        edit_diff=diff,
+    sql.insert_decision(
+        ApprovalDecision(
+            approval=approval,
+            user=user,
+            decision=kind,
+            reason=reason,
+            summary_hash=approval.summary_hash,
+            edit_diff=diff,
+        )
     )
     # One decision per person (refused above), so counting decisions counts distinct people;
     # kept where `approvals_so_far` reads it, as the inbox's annotation is.

@@ -25,10 +25,12 @@ from toolcalls.models import Webhook
 # the call locked in one statement (2: lock_for_decision; two queries before); the decisions
 # so far and the new one (2); the run locked and its chain head (2); the approval's and the
 # call's UPDATE, the dispatch's outbox message (3); whether a webhook wants the decision (1);
-# the run locked, any approval still pending, the run's UPDATE (3); the four events in one
+# the run locked with "any approval still pending?" (1: the run's lock is held already, taken
+# for the events: toolcalls/sql_decision.py held_run_and_pending; two queries before), the
+# run's UPDATE (1); the four events in one
 # INSERT (1); the decision counted in the approval latency counts, a projection the dashboard
 # reads (1); RELEASE SAVEPOINT (1).
-APPROVE_QUERIES = 19
+APPROVE_QUERIES = 18
 
 
 def click(client: Client, approval: Approval, action: str, **fields: Any) -> int:
@@ -84,6 +86,6 @@ def test_the_first_of_two_approvers_costs_fewer(run: Run, sandbox: Sandbox, appr
 
 def test_a_reject_costs_its_fixed_queries(waiting: Approval, approver: User) -> None:
     # As an approve that reaches quorum, less the authorization's writes.
-    assert click(logged_in(approver), waiting, "reject", reason="not eligible") == 18
+    assert click(logged_in(approver), waiting, "reject", reason="not eligible") == 17
     waiting.refresh_from_db()
     assert waiting.state == "rejected"
