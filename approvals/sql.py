@@ -50,36 +50,57 @@ def decisions_so_far(approval_id: str) -> list[tuple[int, str]]:
         return [tuple(row) for row in cursor.fetchall()]
 
 
-# A decision's INSERT, written out as runs/sql.py writes its rows (runs/dbvalues.py): compiling
-# `ApprovalDecision.objects.create` was a twentieth of the approve POST's CPU (bench_approve
-# --profile). The id is the database's (serial): returned by the statement, as the ORM does.
-# tests/test_approvals_sql_decisions.py proves the row equals the ORM's.
-_INSERT_DECISION: dict[Any, tuple[str, list[int]]] = {}
+# A decision: the decisions so far on its approval and its own INSERT in one statement (the
+# approval is locked: decisions on it take turns). Its person's decision is not inserted when
+# they decided already (the caller refuses it; the unique constraint is the backstop). Written
+# out as runs/sql.py writes its rows (runs/dbvalues.py): compiling `ApprovalDecision.objects.
+# create` was a twentieth of the approve POST's CPU (bench_approve --profile), and each
+# statement is a round trip on the approver's clock. The id is the database's (serial), as the
+# ORM's. tests/test_decision_writes_sql.py proves the answer and the row equal the ORM's.
+_RECORD = (
+    "WITH earlier AS (SELECT user_id, decision, created_at, id FROM approvals_approvaldecision"
+    " WHERE approval_id = %s), added AS (INSERT INTO {table} ({columns}) SELECT {values}"
+    " WHERE NOT EXISTS (SELECT 1 FROM earlier WHERE user_id = %s) RETURNING {pk})"
+    " SELECT 0, created_at, id, user_id, decision FROM earlier"
+    " UNION ALL SELECT 1, NULL, {pk}, NULL, NULL FROM added ORDER BY 1, 2, 3"
+)
+_RECORD_MADE: dict[Any, tuple[str, list[int]]] = {}
 
 
-def insert_decision(decision: Any) -> None:
-    """What `decision.save()` does for a new ApprovalDecision (no save signals, no `save()` of
-    its own): its row inserted, its `created_at` set and its `id` the row's."""
+def record_decision(decision: Any) -> list[tuple[int, str]] | None:
+    """The decisions recorded before `decision` on its approval, (user id, decision) oldest
+    first; and `decision` saved (a new ApprovalDecision: its row inserted, `created_at` set, `id`
+    the row's), unless its person has a decision there already: then None, nothing written."""
     conn = connections[DEFAULT_DB_ALIAS]
     if conn.vendor != "postgresql":
+        earlier = decisions_so_far(decision.approval_id)
+        if any(user_id == decision.user_id for user_id, _ in earlier):
+            return None
         decision.save(force_insert=True)
-        return
+        return earlier
     plan = dbvalues.plan(type(decision), conn)
-    statement, indexes = _INSERT_DECISION.get(plan.model) or _insert_decision(plan)
+    statement, indexes = _RECORD_MADE.get(plan.model) or _record_statement(plan)
+    params = [decision.approval_id, *plan.params(decision, indexes, True), decision.user_id]
     with conn.cursor() as cursor:
-        cursor.execute(statement, plan.params(decision, indexes, True))
-        decision.pk = cursor.fetchone()[0]
+        cursor.execute(statement, params)
+        rows = cursor.fetchall()
+    if not rows or rows[-1][0] != 1:
+        return None
+    decision.pk = rows[-1][2]
     decision._state.adding, decision._state.db = False, conn.alias
+    return [(user_id, kind) for _, _, _, user_id, kind in rows[:-1]]
 
 
-def _insert_decision(plan: dbvalues.Plan) -> tuple[str, list[int]]:
+def _record_statement(plan: dbvalues.Plan) -> tuple[str, list[int]]:
     indexes = [i for i, field in enumerate(plan.fields) if not field.primary_key]
     quote, meta = connection.ops.quote_name, plan.model._meta
-    columns = ", ".join(quote(plan.fields[i].column) for i in indexes)
-    values = ", ".join(["%s"] * len(indexes))
-    statement = (
-        f"INSERT INTO {quote(meta.db_table)} ({columns}) VALUES ({values})"
-        f" RETURNING {quote(meta.pk.column)}"
+    fields = [plan.fields[i] for i in indexes]
+    statement = _RECORD.format(
+        table=quote(meta.db_table),
+        columns=", ".join(quote(field.column) for field in fields),
+        # Typed: an untyped NULL in a SELECT list is text, which a jsonb column refuses.
+        values=", ".join(f"%s::{field.cast_db_type(connection)}" for field in fields),
+        pk=quote(meta.pk.column),
     )
-    _INSERT_DECISION[plan.model] = statement, indexes
+    _RECORD_MADE[plan.model] = statement, indexes
     return statement, indexes

@@ -1,8 +1,9 @@
-"""Two more of the approve POST's statements written out (issue 12: an approver's click). The
-decision's INSERT (approvals/sql.py) writes the row the ORM's `create` wrote; the run's resume
-in a decision asks "any approval still pending?" in the statement that locks the run, only
-when the transaction holds the run's lock already (its events' batch took it), and asks it
-after the lock, a statement apart, otherwise (toolcalls/lifecycle.py)."""
+"""Two of the approve POST's round trips saved (issue 12: an approver's click). The decisions so far
+and the decision's INSERT are one statement (approvals/sql.py record_decision), which writes the
+row the ORM's `create` wrote; the run's resume in a decision asks "any approval still pending?"
+in the statement that locks the run, only when the transaction holds the run's lock already (its
+events' batch took it), and asks it after the lock, a statement apart, otherwise
+(toolcalls/lifecycle.py)."""
 
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ def _row(decision: ApprovalDecision) -> dict[str, Any]:
     return {name: value for name, value in row.items() if name not in ("id", "user_id")}
 
 
-def test_the_decisions_insert_writes_the_row_the_orm_writes(
+def test_the_decision_is_read_and_written_in_one_statement_as_the_orm_did(
     waiting: Approval, approver: User, bob: User
 ) -> None:
     fields = {
@@ -47,23 +48,44 @@ def test_the_decisions_insert_writes_the_row_the_orm_writes(
     by_orm = ApprovalDecision.objects.create(user=approver, **fields)
     written = ApprovalDecision(user=bob, **fields)
     with CaptureQueriesContext(connection) as queries:
-        approvals_sql.insert_decision(written)
+        earlier = approvals_sql.record_decision(written)
 
     assert len(queries) == 1
+    assert earlier == [(approver.pk, "approve_with_edits")]
     assert written.pk is not None and written.pk > by_orm.pk
     assert not written._state.adding
     stored = ApprovalDecision.objects.get(pk=written.pk)
     assert (stored.user_id, stored.created_at) == (bob.pk, written.created_at)
     assert written.created_at >= by_orm.created_at
     assert {**_row(written), "created_at": None} == {**_row(by_orm), "created_at": None}
+    # Oldest first, as the ORM's ordering (created_at, id) reads them.
+    assert approvals_sql.decisions_so_far(waiting.pk) == list(
+        waiting.decisions.values_list("user_id", "decision")
+    )
 
 
-def test_a_decision_without_an_edit_stores_null(waiting: Approval, approver: User) -> None:
+def test_the_first_decision_finds_none_before_it_and_stores_null_without_an_edit(
+    waiting: Approval, approver: User
+) -> None:
     written = ApprovalDecision(
         approval=waiting, user=approver, decision="approve", summary_hash=waiting.summary_hash
     )
-    approvals_sql.insert_decision(written)
-    assert ApprovalDecision.objects.filter(pk=written.pk, edit_diff__isnull=True, reason="").exists()
+    assert approvals_sql.record_decision(written) == []
+    assert ApprovalDecision.objects.filter(
+        pk=written.pk, edit_diff__isnull=True, reason=""
+    ).exists()
+
+
+def test_a_persons_second_decision_is_not_written(waiting: Approval, approver: User) -> None:
+    first = ApprovalDecision.objects.create(
+        approval=waiting, user=approver, decision="approve", summary_hash=waiting.summary_hash
+    )
+    again = ApprovalDecision(
+        approval=waiting, user=approver, decision="reject", summary_hash=waiting.summary_hash
+    )
+    assert approvals_sql.record_decision(again) is None
+    assert again.pk is None and again._state.adding
+    assert list(ApprovalDecision.objects.filter(approval=waiting)) == [first]
 
 
 def test_the_held_runs_statement_answers_as_the_lock_and_the_pending_query(
