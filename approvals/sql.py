@@ -34,9 +34,9 @@ def pending_count(tenant_id: int) -> int:
         return cursor.fetchone()[0]
 
 
-# The decisions so far on one approval, in each decision's transaction (the approval locked):
-# the ORM's compilation of `approval.decisions.values_list(...)` was most of its cost
-# (bench_approve --profile). tests/test_approvals_sql_decisions.py proves the same answer.
+# The decisions so far on one approval, as `approval.decisions.values_list(...)` reads them
+# (tests/test_approvals_sql_decisions.py). A decision reads them in its own INSERT's statement
+# on PostgreSQL (record_decision, below); this is the read of other databases.
 _DECISIONS = (
     "SELECT user_id, decision FROM approvals_approvaldecision WHERE approval_id = %s"
     " ORDER BY created_at, id"
