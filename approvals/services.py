@@ -198,22 +198,24 @@ def approval_record_decision(
     """Store one person's decision with what they were shown, and its event. The approval's
     version is bumped in memory only: the caller's next write of it (a transition, or
     `approval_approve_if_quorum`'s save) stores it, in one UPDATE instead of two."""
-    # One read of the decisions so far answers both "did you decide already?" and the count
-    # of approvers, instead of a query for each (the approve POST is on the approver's clock).
-    earlier = sql.decisions_so_far(approval.pk)
-    if any(user_id == user.pk for user_id, _ in earlier):
+    # One statement reads the decisions so far, which answer both "did you decide already?"
+    # and the count of approvers, and inserts this one unless its person decided already
+    # (the approve POST is on the approver's clock).
+    earlier = sql.record_decision(
+        ApprovalDecision(
+            approval=approval,
+            user=user,
+            decision=kind,
+            reason=reason,
+            summary_hash=approval.summary_hash,
+            edit_diff=diff,
+        )
+    )
+    if earlier is None:
         raise DomainError(
             ALREADY_APPROVED_BY_YOU,
             f"You approved already; it needs {approval.required_approvers} different people.",
         )
-    ApprovalDecision.objects.create(
-        approval=approval,
-        user=user,
-        decision=kind,
-        reason=reason,
-        summary_hash=approval.summary_hash,
-        edit_diff=diff,
-    )
     # One decision per person (refused above), so counting decisions counts distinct people;
     # kept where `approvals_so_far` reads it, as the inbox's annotation is.
     approval.approved_count = sum(

@@ -5,7 +5,11 @@ tests/test_toolcalls_sql.py checks the answer against the ORM's."""
 
 from __future__ import annotations
 
-from django.db import connection
+from typing import Any
+
+from django.db import DEFAULT_DB_ALIAS, connection, connections
+
+from runs import dbvalues
 
 _NEWEST = (
     "SELECT id FROM approvals_policy WHERE tenant_id = %s AND capability_id = %s"
@@ -30,9 +34,9 @@ def pending_count(tenant_id: int) -> int:
         return cursor.fetchone()[0]
 
 
-# The decisions so far on one approval, in each decision's transaction (the approval locked):
-# the ORM's compilation of `approval.decisions.values_list(...)` was most of its cost
-# (bench_approve --profile). tests/test_approvals_sql_decisions.py proves the same answer.
+# The decisions so far on one approval, as `approval.decisions.values_list(...)` reads them
+# (tests/test_approvals_sql_decisions.py). A decision reads them in its own INSERT's statement
+# on PostgreSQL (record_decision, below); this is the read of other databases.
 _DECISIONS = (
     "SELECT user_id, decision FROM approvals_approvaldecision WHERE approval_id = %s"
     " ORDER BY created_at, id"
@@ -44,3 +48,59 @@ def decisions_so_far(approval_id: str) -> list[tuple[int, str]]:
     with connection.cursor() as cursor:
         cursor.execute(_DECISIONS, [approval_id])
         return [tuple(row) for row in cursor.fetchall()]
+
+
+# A decision: the decisions so far on its approval and its own INSERT in one statement (the
+# approval is locked: decisions on it take turns). Its person's decision is not inserted when
+# they decided already (the caller refuses it; the unique constraint is the backstop). Written
+# out as runs/sql.py writes its rows (runs/dbvalues.py): compiling `ApprovalDecision.objects.
+# create` was a twentieth of the approve POST's CPU (bench_approve --profile), and each
+# statement is a round trip on the approver's clock. The id is the database's (serial), as the
+# ORM's. tests/test_decision_writes_sql.py proves the answer and the row equal the ORM's.
+_RECORD = (
+    "WITH earlier AS (SELECT user_id, decision, created_at, id FROM approvals_approvaldecision"
+    " WHERE approval_id = %s), added AS (INSERT INTO {table} ({columns}) SELECT {values}"
+    " WHERE NOT EXISTS (SELECT 1 FROM earlier WHERE user_id = %s) RETURNING {pk})"
+    " SELECT 0, created_at, id, user_id, decision FROM earlier"
+    " UNION ALL SELECT 1, NULL, {pk}, NULL, NULL FROM added ORDER BY 1, 2, 3"
+)
+_RECORD_MADE: dict[Any, tuple[str, list[int]]] = {}
+
+
+def record_decision(decision: Any) -> list[tuple[int, str]] | None:
+    """The decisions recorded before `decision` on its approval, (user id, decision) oldest
+    first; and `decision` saved (a new ApprovalDecision: its row inserted, `created_at` set, `id`
+    the row's), unless its person has a decision there already: then None, nothing written."""
+    conn = connections[DEFAULT_DB_ALIAS]
+    if conn.vendor != "postgresql":
+        earlier = decisions_so_far(decision.approval_id)
+        if any(user_id == decision.user_id for user_id, _ in earlier):
+            return None
+        decision.save(force_insert=True)
+        return earlier
+    plan = dbvalues.plan(type(decision), conn)
+    statement, indexes = _RECORD_MADE.get(plan.model) or _record_statement(plan)
+    params = [decision.approval_id, *plan.params(decision, indexes, True), decision.user_id]
+    with conn.cursor() as cursor:
+        cursor.execute(statement, params)
+        rows = cursor.fetchall()
+    if not rows or rows[-1][0] != 1:
+        return None
+    decision.pk = rows[-1][2]
+    decision._state.adding, decision._state.db = False, conn.alias
+    return [(user_id, kind) for _, _, _, user_id, kind in rows[:-1]]
+
+
+def _record_statement(plan: dbvalues.Plan) -> tuple[str, list[int]]:
+    indexes = [i for i, field in enumerate(plan.fields) if not field.primary_key]
+    quote, meta = connection.ops.quote_name, plan.model._meta
+    fields = [plan.fields[i] for i in indexes]
+    statement = _RECORD.format(
+        table=quote(meta.db_table),
+        columns=", ".join(quote(field.column) for field in fields),
+        # Typed: an untyped NULL in a SELECT list is text, which a jsonb column refuses.
+        values=", ".join(f"%s::{field.cast_db_type(connection)}" for field in fields),
+        pk=quote(meta.pk.column),
+    )
+    _RECORD_MADE[plan.model] = statement, indexes
+    return statement, indexes

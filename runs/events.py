@@ -309,6 +309,13 @@ def batch_knows_head(run_id: str, last: dict[str, Any] | None, new_calls: list[s
     current.last_of_call.update(dict.fromkeys(new_calls, ""))
 
 
+def batch_holds_run(run_id: str) -> bool:
+    """Whether this block's batch holds the run's lock (it locked the run and read its head,
+    or was told so by `batch_knows_head`): a statement on the run cannot wait for the lock."""
+    current = _batch_here()
+    return current is not None and run_id in current.heads
+
+
 def rfc8785_roundtrip(payload: dict[str, Any]) -> dict[str, Any]:
     # A flat payload of strings, integers, booleans and nulls (most transitions' events) comes
     # back as plain copies of its values, without serialising it twice per event

@@ -8,15 +8,17 @@ Runs live in the base app, which knows nothing of tool calls; the rules that dep
 
 from __future__ import annotations
 
-from django.db import transaction
+from collections.abc import Callable
+
+from django.db import connection, transaction
 
 from approvals.models import Approval
 from approvals.services import approval_transition
-from runs import run_end
+from runs import events, run_end
 from runs.errors import RUN_INVALID_STATE, RUN_WORK_IN_FLIGHT, DomainError, not_found
 from runs.models import Run, Tenant
 from runs.services import run_transition
-from toolcalls import channels, errors, sql
+from toolcalls import channels, errors, sql, sql_decision
 from toolcalls.models import ToolCall
 from toolcalls.writes import tool_call_transition
 
@@ -49,11 +51,9 @@ def run_hand_to_human(*, run_id: str, actor: str, producer: str, reason: str) ->
 def run_resume_if_unblocked(*, run_id: str, actor: str, producer: str) -> None:
     """The one rule for going on by itself: a waiting run resumes once no approval of it is
     pending; a run handed to a person resumes once none of its outcomes is unknown."""
-    run = run_lock(run_id)
+    run, pending = _run_and_pending(run_id)
     if run.state == Run.State.WAITING:
-        # Asked after the run's lock (a statement apart, so it sees a decision that committed
-        # while this one waited for the lock), in hand-written SQL (toolcalls/sql.py).
-        if sql.approval_pending_in_run(run.pk):
+        if pending():
             return
         run_transition(run, "resume", actor=actor, producer=producer, reason="no approval pending")
     elif run.state == Run.State.NEEDS_HUMAN:
@@ -66,6 +66,21 @@ def run_resume_if_unblocked(*, run_id: str, actor: str, producer: str) -> None:
             producer=producer,
             reason="every unknown outcome is resolved",
         )
+
+
+def _run_and_pending(run_id: str) -> tuple[Run, Callable[[], bool]]:
+    """The run locked, and "is an approval of it still pending?" to ask if it waits. A decision
+    holds the run's lock already (its events' batch took it): one statement answers both
+    (toolcalls/sql_decision.py). Otherwise the question is asked after the lock, a statement
+    apart, so that it sees a decision that committed while this one waited for the lock."""
+    if connection.vendor == "postgresql" and events.batch_holds_run(run_id):
+        found = sql_decision.held_run_and_pending(run_id)
+        if found is None:
+            raise not_found("run", run_id)
+        run, pending = found
+        return run, lambda: pending
+    run = run_lock(run_id)
+    return run, lambda: sql.approval_pending_in_run(run.pk)
 
 
 def run_resume_by_person(*, tenant: Tenant, run_id: str, actor: str, reason: str) -> Run:

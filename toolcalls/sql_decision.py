@@ -182,3 +182,25 @@ def lock_latest_approval(call: ToolCall) -> Approval | None:
     if approval.run_id == call.run_id:  # always: an approval is opened in its call's run
         Approval.run.field.set_cached_value(approval, call.run)
     return approval
+
+
+# --- a decision's resume of its run ---------------------------------------------------------
+# The run locked and "any approval of it still pending?" in one statement, for a transaction
+# that holds the run's lock already (its event batch took it: runs/events.py, batch_holds_run).
+# Only then: a statement that waited for the lock would read the approvals as they were before
+# the wait, and miss a decision that committed meanwhile. Holding it, the statement cannot
+# wait, and every decision on the run (each appends an event under the same lock) committed
+# before this transaction took it, or waits for this one to commit.
+_LOCK_HELD_RUN_PENDING = (
+    f"SELECT {_columns('r', _RUN)}, EXISTS (SELECT 1 FROM approvals_approval p"
+    " WHERE p.run_id = r.id AND p.state = 'pending') FROM runs_run r WHERE r.id = %s FOR UPDATE"
+)
+
+
+def held_run_and_pending(run_id: str) -> tuple[Run, bool] | None:
+    """(the run, whether an approval of it is pending), for a run whose lock this transaction
+    already holds (PostgreSQL; None when there is no such run)."""
+    with connection.cursor() as cursor:
+        cursor.execute(_LOCK_HELD_RUN_PENDING, [run_id])
+        row = cursor.fetchone()
+    return None if row is None else (_row(Run, row[:-1]), row[-1])
