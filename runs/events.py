@@ -12,6 +12,7 @@ Old versions stay readable: an upcaster turns a payload of version N into versio
 from __future__ import annotations
 
 import json
+import operator
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -326,10 +327,12 @@ def rfc8785_roundtrip(payload: dict[str, Any]) -> dict[str, Any]:
 def _flat_copy(payload: dict[str, Any]) -> dict[str, Any] | None:
     """What the JSON round trip gives for a flat payload; None for any other."""
     copy: dict[str, Any] = {}
+    ascii_keys = True
     for key, value in payload.items():
         if type(key) is not str:
             return None
-        if value is None or type(value) in (str, int, bool):
+        ascii_keys = ascii_keys and key.isascii()
+        if value is None or type(value) in _EXACT:
             copy[key] = value
         elif isinstance(value, str):  # a status (TextChoices): its plain string
             copy[key] = str.__str__(value)
@@ -337,8 +340,15 @@ def _flat_copy(payload: dict[str, Any]) -> dict[str, Any] | None:
             copy[key] = int(value)
         else:
             return None  # a float (2.0 comes back 2), a list, an object: the round trip
-    # In RFC 8785's order of keys (by UTF-16 code units), as the round trip leaves them.
+    # In RFC 8785's order of keys (by UTF-16 code units), as the round trip leaves them:
+    # for ASCII keys (every transition's) the order of the strings themselves.
+    if ascii_keys:
+        return dict(sorted(copy.items(), key=_first))
     return dict(sorted(copy.items(), key=lambda item: item[0].encode("utf-16-be")))
+
+
+_EXACT = (str, int, bool)
+_first = operator.itemgetter(0)
 
 
 class UnreadablePayload:
