@@ -214,7 +214,7 @@ class _Columns:
     def plain(self, values: list[Any]) -> bool:
         signature = tuple(map(type, values))
         if signature not in self.signatures:
-            if not all(t in allowed for t, allowed in zip(signature, self.allowed, strict=True)):
+            if not all(map(_takes, signature, self.allowed)):
                 return False
             if len(self.signatures) < 64:
                 self.signatures.add(signature)
@@ -234,6 +234,15 @@ _ALLOWED = {
     _JSON: (dict, list, _NONE),
     _OTHER: (),
 }
+
+
+def _takes(kind: type, allowed: tuple[type, ...]) -> bool:
+    """Whether a column whose types are `allowed` takes a value of this type as it is. A text
+    column takes a str subclass too (a status, TextChoices): its field hands psycopg the
+    value unchanged (CharField.to_python), and orjson writes it as its string, as the ORM's
+    path does. A tool call's or attempt's rows hold some in every write: each went through
+    `Plan.json_value` column by column (profile_dispatch --profile)."""
+    return kind in allowed or (str in allowed and issubclass(kind, str))
 
 
 def _fast(kind: int, value: Any) -> bool:
