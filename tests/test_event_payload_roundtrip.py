@@ -23,7 +23,7 @@ class Level(IntEnum):
 
 PAYLOADS: list[dict[str, Any]] = [
     {},
-    {"from": Execution.ACCEPTED, "to": Execution.COMPLETED, "reason": "é ✓ \"q\""},
+    {"from": Execution.ACCEPTED, "to": Execution.COMPLETED, "reason": 'é ✓ "q"'},
     {"attempt": 2, "fencing_token": Level.HIGH, "ok": True, "no": False, "none": None},
     {"delay_seconds": 2.0, "fraction": 0.1},  # floats: 2.0 comes back 2
     {"nested": {"b": [1, 2.5, None], "a": "x"}, "list": [Execution.FAILED]},
