@@ -25,6 +25,8 @@ from django.db import models
 from django.db.backends.postgresql.operations import get_json_dumps
 from django.db.models.base import ModelState
 from django.db.models.fields import AutoFieldMixin
+from django.db.models.fields.related_descriptors import ForeignKeyDeferredAttribute
+from django.db.models.query_utils import DeferredAttribute
 from django.db.models.signals import post_init, pre_init
 from psycopg.types.json import Jsonb
 
@@ -212,7 +214,7 @@ class _Columns:
     def plain(self, values: list[Any]) -> bool:
         signature = tuple(map(type, values))
         if signature not in self.signatures:
-            if not all(t in allowed for t, allowed in zip(signature, self.allowed, strict=True)):
+            if not all(map(_takes, signature, self.allowed)):
                 return False
             if len(self.signatures) < 64:
                 self.signatures.add(signature)
@@ -232,6 +234,15 @@ _ALLOWED = {
     _JSON: (dict, list, _NONE),
     _OTHER: (),
 }
+
+
+def _takes(kind: type, allowed: tuple[type, ...]) -> bool:
+    """Whether a column whose types are `allowed` takes a value of this type as it is. A text
+    column takes a str subclass too (a status, TextChoices): its field hands psycopg the
+    value unchanged (CharField.to_python), and orjson writes it as its string, as the ORM's
+    path does. A tool call's or attempt's rows hold some in every write: each went through
+    `Plan.json_value` column by column (profile_dispatch --profile)."""
+    return kind in allowed or (str in allowed and issubclass(kind, str))
 
 
 def _fast(kind: int, value: Any) -> bool:
@@ -306,3 +317,40 @@ def _plain_init(model: Any) -> bool:
             getattr(f, "state_proxy", None) for f in model._meta.concrete_fields
         )
     return plain
+
+
+def new(model: Any, values: dict[str, Any]) -> Any:
+    """`model(**values)` for values named by attname (the fields not named take their
+    defaults), without `Model.__init__`'s loop over every field with its keyword look-ups: a
+    dispatch batch makes five events per call, and their __init__ was the largest cost of an
+    event after its statements (profile_dispatch --profile). Only for models whose fields'
+    descriptors just store the value and with no init signal listening (otherwise the
+    constructor itself); tests/test_runs_dbvalues_new.py compares the instances."""
+    defaults = _NEW.get(model)
+    if defaults is None:
+        defaults = _NEW[model] = _defaults(model)
+    if not defaults or not _plain_init(model) or not values.keys() <= defaults.keys():
+        return model(**values)
+    obj = model.__new__(model)
+    attributes = obj.__dict__
+    attributes["_state"] = ModelState()
+    for attname, default in defaults.items():
+        attributes[attname] = values[attname] if attname in values else default()
+    return obj
+
+
+_NEW: dict[Any, dict[str, Any]] = {}
+# The descriptors that, on a new instance, store what is set and do nothing else.
+_STORING = (DeferredAttribute, ForeignKeyDeferredAttribute)
+
+
+def _defaults(model: Any) -> dict[str, Any]:
+    """attname -> the field's get_default, for a model `new` can make; {} for any other."""
+    meta = model._meta
+    inits = [k for k in model.__mro__ if "__init__" in k.__dict__]
+    if inits != [models.Model, object] or meta.fields != meta.concrete_fields:
+        return {}
+    fields = meta.concrete_fields
+    if any(f.generated or type(model.__dict__.get(f.attname)) not in _STORING for f in fields):
+        return {}
+    return {field.attname: field.get_default for field in fields}

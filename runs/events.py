@@ -12,6 +12,7 @@ Old versions stay readable: an upcaster turns a payload of version N into versio
 from __future__ import annotations
 
 import json
+import operator
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -24,7 +25,7 @@ import jsonschema
 from django.db import connection
 from django.utils import timezone
 
-from runs import schema_check, sql
+from runs import dbvalues, schema_check, sql
 from runs.canonical import canonical_json
 from runs.models import Event, Run
 
@@ -173,26 +174,30 @@ def append(
     # the receipt by the claim), unless the caller names another cause.
     causation_id = ids.causation_id or previous_of_call
     now = timezone.now()
-    event = Event(
-        run_id=run.pk,
-        seq=(last["seq"] + 1) if last else 1,
-        event_type=event_type,
-        schema_version=version,
-        producer=producer,
-        tenant_id=run.tenant_id,
-        actor=actor,
-        turn_id=ids.turn_id,
-        decision_id=ids.decision_id,
-        capability_id=ids.capability_id,
-        tool_call_id=ids.tool_call_id,
-        approval_id=ids.approval_id,
-        correlation_id=run.correlation_id,
-        causation_id=causation_id,
-        occurred_at=occurred_at or now,
-        recorded_at=now,
-        # A JSON round trip now gives the hash the same payload that the database returns.
-        payload=rfc8785_roundtrip(payload),
-        prev_hash=last["hash"] if last else GENESIS_HASH,
+    # Made as Event(...) makes it, without its constructor's per-field loop (runs/dbvalues.py).
+    event = dbvalues.new(
+        Event,
+        dict(
+            run_id=run.pk,
+            seq=(last["seq"] + 1) if last else 1,
+            event_type=event_type,
+            schema_version=version,
+            producer=producer,
+            tenant_id=run.tenant_id,
+            actor=actor,
+            turn_id=ids.turn_id,
+            decision_id=ids.decision_id,
+            capability_id=ids.capability_id,
+            tool_call_id=ids.tool_call_id,
+            approval_id=ids.approval_id,
+            correlation_id=run.correlation_id,
+            causation_id=causation_id,
+            occurred_at=occurred_at or now,
+            recorded_at=now,
+            # A JSON round trip now gives the hash the same payload that the database returns.
+            payload=rfc8785_roundtrip(payload),
+            prev_hash=last["hash"] if last else GENESIS_HASH,
+        ),
     )
     event.hash = compute_hash(event)
     if current is None:
@@ -329,10 +334,12 @@ def rfc8785_roundtrip(payload: dict[str, Any]) -> dict[str, Any]:
 def _flat_copy(payload: dict[str, Any]) -> dict[str, Any] | None:
     """What the JSON round trip gives for a flat payload; None for any other."""
     copy: dict[str, Any] = {}
+    ascii_keys = True
     for key, value in payload.items():
         if type(key) is not str:
             return None
-        if value is None or type(value) in (str, int, bool):
+        ascii_keys = ascii_keys and key.isascii()
+        if value is None or type(value) in _EXACT:
             copy[key] = value
         elif isinstance(value, str):  # a status (TextChoices): its plain string
             copy[key] = str.__str__(value)
@@ -340,8 +347,15 @@ def _flat_copy(payload: dict[str, Any]) -> dict[str, Any] | None:
             copy[key] = int(value)
         else:
             return None  # a float (2.0 comes back 2), a list, an object: the round trip
-    # In RFC 8785's order of keys (by UTF-16 code units), as the round trip leaves them.
+    # In RFC 8785's order of keys (by UTF-16 code units), as the round trip leaves them:
+    # for ASCII keys (every transition's) the order of the strings themselves.
+    if ascii_keys:
+        return dict(sorted(copy.items(), key=_first))
     return dict(sorted(copy.items(), key=lambda item: item[0].encode("utf-16-be")))
+
+
+_EXACT = (str, int, bool)
+_first = operator.itemgetter(0)
 
 
 class UnreadablePayload:

@@ -12,7 +12,7 @@ from django.db.models import F, QuerySet
 from django.utils import timezone
 
 from config import telemetry
-from runs import drain, sql
+from runs import dbvalues, drain, sql
 from runs.models import OutboxMessage
 
 log = logging.getLogger(__name__)
@@ -33,12 +33,7 @@ def enqueue(
     commit wakes a drainer, unless one is already woken."""
     if not connection.in_atomic_block:
         raise RuntimeError("outbox messages are written in the transaction of their cause")
-    message = OutboxMessage(
-        task=task,
-        args=list(args),
-        available_at=timezone.now() + timedelta(seconds=countdown),
-        traceparent=telemetry.current_traceparent(),
-    )
+    message = _message(task, list(args), timezone.now() + timedelta(seconds=countdown))
     if write:
         # The INSERT written out (runs/sql.py), as enqueue_many's: every approve POST and
         # claim writes one, and the ORM's compilation of it was most of its cost.
@@ -54,12 +49,15 @@ def enqueue(
 def build(task: str, *args: Any) -> OutboxMessage:
     """A message due now, not yet written: for `enqueue_many`, which writes several at once
     (its id is known before, for the caller to name it)."""
-    return OutboxMessage(
-        task=task,
-        args=list(args),
-        available_at=timezone.now(),
-        traceparent=telemetry.current_traceparent(),
-    )
+    return _message(task, list(args), timezone.now())
+
+
+def _message(task: str, args: list[Any], available_at: Any) -> OutboxMessage:
+    # OutboxMessage(...) without its constructor's per-field loop (runs/dbvalues.py): a
+    # dispatched call writes one or two (its claim's, its verification's).
+    traceparent = telemetry.current_traceparent()
+    values = {"task": task, "args": args, "available_at": available_at, "traceparent": traceparent}
+    return dbvalues.new(OutboxMessage, values)
 
 
 def enqueue_many(messages: list[OutboxMessage], *, publish_now: bool = True) -> None:

@@ -100,8 +100,7 @@ def insert_events(events: list[Event]) -> None:
     if not events:
         return
     _insert(Event, events)
-    for event in events:
-        event._state.adding, event._state.db = False, connection.alias
+    _saved(events)
 
 
 # psycopg keeps the parsed form of a statement of at most this many parameters (psycopg's
@@ -241,8 +240,15 @@ def insert_rows(objs: list[Any]) -> None:
     if not objs:
         return
     _insert(type(objs[0]), objs)
+    _saved(objs)
+
+
+def _saved(objs: list[Any]) -> None:
+    # As save() leaves them. The alias read once: `connection` is a proxy that finds the
+    # thread's connection on each attribute read (asgiref's Local), ~5 us a row here.
+    alias = connection.alias
     for obj in objs:
-        obj._state.adding, obj._state.db = False, connection.alias
+        obj._state.adding, obj._state.db = False, alias
 
 
 # --- a transition's save --------------------------------------------------------------------

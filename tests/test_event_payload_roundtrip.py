@@ -23,11 +23,12 @@ class Level(IntEnum):
 
 PAYLOADS: list[dict[str, Any]] = [
     {},
-    {"from": Execution.ACCEPTED, "to": Execution.COMPLETED, "reason": "é ✓ \"q\""},
+    {"from": Execution.ACCEPTED, "to": Execution.COMPLETED, "reason": 'é ✓ "q"'},
     {"attempt": 2, "fencing_token": Level.HIGH, "ok": True, "no": False, "none": None},
     {"delay_seconds": 2.0, "fraction": 0.1},  # floats: 2.0 comes back 2
     {"nested": {"b": [1, 2.5, None], "a": "x"}, "list": [Execution.FAILED]},
     {"b": 1, "a": 2, "é": 3, "Z": 4, "\U0001f600": 5, "\uff61": 6},  # RFC 8785's key order
+    {"to": "x", "from": "y", "_": 1, "Z": 2, "a1": 3, "a": None, "~": True},  # ASCII keys
 ]
 
 
