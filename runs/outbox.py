@@ -12,7 +12,7 @@ from django.db.models import F, QuerySet
 from django.utils import timezone
 
 from config import telemetry
-from runs import drain, sql
+from runs import dbvalues, drain, sql
 from runs.models import OutboxMessage
 
 log = logging.getLogger(__name__)
@@ -33,11 +33,15 @@ def enqueue(
     commit wakes a drainer, unless one is already woken."""
     if not connection.in_atomic_block:
         raise RuntimeError("outbox messages are written in the transaction of their cause")
-    message = OutboxMessage(
-        task=task,
-        args=list(args),
-        available_at=timezone.now() + timedelta(seconds=countdown),
-        traceparent=telemetry.current_traceparent(),
+    # OutboxMessage(**values) less Model.__init__'s loop (runs/dbvalues.py).
+    message = dbvalues.new(
+        OutboxMessage,
+        {
+            "task": task,
+            "args": list(args),
+            "available_at": timezone.now() + timedelta(seconds=countdown),
+            "traceparent": telemetry.current_traceparent(),
+        },
     )
     if write:
         # The INSERT written out (runs/sql.py), as enqueue_many's: every approve POST and

@@ -24,6 +24,7 @@ from typing import Any
 
 from django.db import connection
 
+from runs import dbvalues
 from runs import sql as runs_sql
 from runs.models import OutboxMessage
 from toolcalls.models import ToolCall
@@ -45,7 +46,6 @@ _INSERT_CALL_AND_MESSAGE = (
 _CREATED_AT = next(i for i, f in enumerate(_CALL) if f.name == "created_at")
 # Columns that every save writes anew (updated_at).
 _AUTO_NOW = [f for f in _CALL if getattr(f, "auto_now", False)]
-_REMEMBERED = [f for f in _CALL if f not in _AUTO_NOW]
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ def insert_decided(call: ToolCall, *, created_at: datetime, message: OutboxMessa
     finds nothing to write; `call_written(call)` after that block."""
     values = call_values(call)
     call.created_at = created_at
-    values[_CREATED_AT] = _CALL[_CREATED_AT].get_db_prep_save(created_at, connection)
+    values[_CREATED_AT] = dbvalues.plan(ToolCall, connection).param(_CREATED_AT, created_at)
     if message is None:
         with connection.cursor() as cursor:
             cursor.execute(_INSERT_CALL, values)
@@ -83,14 +83,20 @@ def insert_decided(call: ToolCall, *, created_at: datetime, message: OutboxMessa
             cursor.execute(_INSERT_CALL, values)
         runs_sql.insert_rows([message])
     else:
-        row = [f.get_db_prep_save(f.pre_save(message, True), connection) for f in _MESSAGE]
+        # As runs/sql.py's insert_rows prepares it (runs/dbvalues.py), not field by field.
+        plan = dbvalues.plan(OutboxMessage, connection)
+        row = plan.params(message, plan.every, True)
         with connection.cursor() as cursor:
             cursor.execute(_INSERT_CALL_AND_MESSAGE, [*values, *row])
         message._state.adding, message._state.db = False, connection.alias
     call._state.adding, call._state.db = False, connection.alias
     # Everything is written; updated_at, which a save always writes, is remembered after the
     # block (call_written), so that the block's end has no column to save.
-    call._remember(_REMEMBERED)
+    # (`_remember_all` less those: a new call has nothing remembered yet, and the loop of
+    # `_remember` over its 28 other columns was 1.7 % of a proposal under cProfile.)
+    call._remember_all()
+    for field in _AUTO_NOW:
+        del call.__dict__["_saved_values"][field.attname]
 
 
 def call_written(call: ToolCall) -> None:
