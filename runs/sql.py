@@ -100,8 +100,9 @@ def insert_events(events: list[Event]) -> None:
     if not events:
         return
     _insert(Event, events)
+    alias = connections[DEFAULT_DB_ALIAS].alias  # once, not per event (`connection.alias`)
     for event in events:
-        event._state.adding, event._state.db = False, connection.alias
+        event._state.adding, event._state.db = False, alias
 
 
 # psycopg keeps the parsed form of a statement of at most this many parameters (psycopg's

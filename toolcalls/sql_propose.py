@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connections
 
 from runs import dbvalues
 from runs import sql as runs_sql
@@ -58,9 +58,10 @@ class RunTally:
 
 def run_tally(*, run_id: str, tenant_id: int, capability_id: str) -> RunTally:
     """For a run this transaction has locked: its calls, its chain head, the newest policy."""
-    if connection.vendor != "postgresql":
+    conn = connections[DEFAULT_DB_ALIAS]  # once: each `connection.…` looks it up again
+    if conn.vendor != "postgresql":
         return RunTally(calls_in_run(run_id), None, head_read=False)
-    with connection.cursor() as cursor:
+    with conn.cursor() as cursor:
         cursor.execute(_TALLY, [run_id, tenant_id, capability_id, run_id])
         calls, policy_id, *last = cursor.fetchone()
     head = None if last[0] is None else dict(zip(("id", "seq", "hash"), last, strict=True))
@@ -72,24 +73,25 @@ def insert_decided(call: ToolCall, *, created_at: datetime, message: OutboxMessa
     `created_at`, and the not yet written outbox `message` (if any) as outbox.enqueue would,
     in one statement. Inside `transitions.saved_once(call)`, whose save at the block's end then
     finds nothing to write; `call_written(call)` after that block."""
+    conn = connections[DEFAULT_DB_ALIAS]  # once: each `connection.…` looks it up again
     values = call_values(call)
     call.created_at = created_at
-    values[_CREATED_AT] = dbvalues.plan(ToolCall, connection).param(_CREATED_AT, created_at)
+    values[_CREATED_AT] = dbvalues.plan(ToolCall, conn).param(_CREATED_AT, created_at)
     if message is None:
-        with connection.cursor() as cursor:
+        with conn.cursor() as cursor:
             cursor.execute(_INSERT_CALL, values)
-    elif connection.vendor != "postgresql":  # no INSERT in a WITH
-        with connection.cursor() as cursor:
+    elif conn.vendor != "postgresql":  # no INSERT in a WITH
+        with conn.cursor() as cursor:
             cursor.execute(_INSERT_CALL, values)
         runs_sql.insert_rows([message])
     else:
         # As runs/sql.py's insert_rows prepares it (runs/dbvalues.py), not field by field.
-        plan = dbvalues.plan(OutboxMessage, connection)
+        plan = dbvalues.plan(OutboxMessage, conn)
         row = plan.params(message, plan.every, True)
-        with connection.cursor() as cursor:
+        with conn.cursor() as cursor:
             cursor.execute(_INSERT_CALL_AND_MESSAGE, [*values, *row])
-        message._state.adding, message._state.db = False, connection.alias
-    call._state.adding, call._state.db = False, connection.alias
+        message._state.adding, message._state.db = False, conn.alias
+    call._state.adding, call._state.db = False, conn.alias
     # Everything is written; updated_at, which a save always writes, is remembered after the
     # block (call_written), so that the block's end has no column to save.
     # (`_remember_all` less those: a new call has nothing remembered yet, and the loop of
