@@ -196,6 +196,10 @@ class _Columns:
         ]
         self.add = add
         self.allowed = [_ALLOWED[plan.kinds[i]] if plan.fast else () for i in indexes]
+        # A str subclass (a TextChoices member: a status) is what a text field's preparing
+        # hands psycopg as it is (to_python keeps any str), unlike an IntEnum, which int()
+        # makes a plain int.
+        self.subclasses = [plan.fast and plan.kinds[i] == _TEXT for i in indexes]
         self.datetimes = [p for p, i in positions if plan.kinds[i] == _DATETIME]
         self.jsons = [(p, plan.dumps[i]) for p, i in positions if plan.kinds[i] == _JSON]
         self.wraps = [(p, plan.int_wraps[i]) for p, i in positions if plan.int_wraps[i]]
@@ -214,7 +218,7 @@ class _Columns:
     def plain(self, values: list[Any]) -> bool:
         signature = tuple(map(type, values))
         if signature not in self.signatures:
-            if not all(map(_takes, signature, self.allowed)):
+            if not all(map(_takes, signature, self.allowed, self.subclasses)):
                 return False
             if len(self.signatures) < 64:
                 self.signatures.add(signature)
@@ -236,13 +240,8 @@ _ALLOWED = {
 }
 
 
-def _takes(kind: type, allowed: tuple[type, ...]) -> bool:
-    """Whether a column whose types are `allowed` takes a value of this type as it is. A text
-    column takes a str subclass too (a status, TextChoices): its field hands psycopg the
-    value unchanged (CharField.to_python), and orjson writes it as its string, as the ORM's
-    path does. A tool call's or attempt's rows hold some in every write: each went through
-    `Plan.json_value` column by column (profile_dispatch --profile)."""
-    return kind in allowed or (str in allowed and issubclass(kind, str))
+def _takes(kind: type, allowed: tuple[type, ...], subclass_of_str: bool) -> bool:
+    return kind in allowed or (subclass_of_str and issubclass(kind, str))
 
 
 def _fast(kind: int, value: Any) -> bool:
@@ -320,37 +319,75 @@ def _plain_init(model: Any) -> bool:
 
 
 def new(model: Any, values: dict[str, Any]) -> Any:
-    """`model(**values)` for values named by attname (the fields not named take their
-    defaults), without `Model.__init__`'s loop over every field with its keyword look-ups: a
-    dispatch batch makes five events per call, and their __init__ was the largest cost of an
-    event after its statements (profile_dispatch --profile). Only for models whose fields'
-    descriptors just store the value and with no init signal listening (otherwise the
-    constructor itself); tests/test_runs_dbvalues_new.py compares the instances."""
-    defaults = _NEW.get(model)
-    if defaults is None:
-        defaults = _NEW[model] = _defaults(model)
-    if not defaults or not _plain_init(model) or not values.keys() <= defaults.keys():
+    """`model(**values)` for a new row, without `Model.__init__`'s generic loop (a quarter of
+    an event's append, profile_propose): a field named in `values` (by attname, or by name for
+    a related object) is set as `__init__` sets it, the others take their defaults. A field
+    whose descriptor only stores the value (most) is stored in `__dict__` directly; the others
+    (a related object, django-fsm's protected status) through their descriptor, as `__init__`
+    does. A model with an `__init__` of its own, an init signal listening or a generated
+    field, or a name `__init__` would treat otherwise, gets `model(**values)`.
+    tests/test_runs_dbvalues.py compares the two."""
+    spec = _new_spec(model)
+    if (
+        spec is None
+        or not spec.accepts.issuperset(values)
+        or pre_init.has_listeners(model)
+        or post_init.has_listeners(model)
+    ):
         return model(**values)
     obj = model.__new__(model)
     attributes = obj.__dict__
     attributes["_state"] = ModelState()
-    for attname, default in defaults.items():
-        attributes[attname] = values[attname] if attname in values else default()
+    taken = 0
+    for name, attname, field, storing in spec.fields:
+        if name is not None and name in values:  # a related object: its descriptor caches it
+            setattr(obj, name, values[name])
+            taken += 1
+            continue
+        if attname in values:
+            value = values[attname]
+            taken += 1
+        else:
+            value = field.get_default()
+        if storing:
+            attributes[attname] = value
+        else:
+            setattr(obj, attname, value)
+    if taken != len(values):  # a relation given both ways: __init__ decides
+        return model(**values)
     return obj
 
 
-_NEW: dict[Any, dict[str, Any]] = {}
-# The descriptors that, on a new instance, store what is set and do nothing else.
+class _NewSpec:
+    def __init__(self, model: Any) -> None:
+        self.fields = [
+            (
+                f.name if f.is_relation else None,
+                f.attname,
+                f,
+                type(model.__dict__.get(f.attname)) in _STORING,
+            )
+            for f in model._meta.concrete_fields
+        ]
+        self.accepts = frozenset(
+            [f.attname for f in model._meta.concrete_fields]
+            + [f.name for f in model._meta.concrete_fields if f.is_relation]
+        )
+
+
+_NEW: dict[Any, _NewSpec | None] = {}
+# The descriptors whose __set__ on a new instance only stores the value in __dict__.
 _STORING = (DeferredAttribute, ForeignKeyDeferredAttribute)
 
 
-def _defaults(model: Any) -> dict[str, Any]:
-    """attname -> the field's get_default, for a model `new` can make; {} for any other."""
-    meta = model._meta
-    inits = [k for k in model.__mro__ if "__init__" in k.__dict__]
-    if inits != [models.Model, object] or meta.fields != meta.concrete_fields:
-        return {}
-    fields = meta.concrete_fields
-    if any(f.generated or type(model.__dict__.get(f.attname)) not in _STORING for f in fields):
-        return {}
-    return {field.attname: field.get_default for field in fields}
+def _new_spec(model: Any) -> _NewSpec | None:
+    if model in _NEW:
+        return _NEW[model]
+    fields = model._meta.concrete_fields
+    plain = (
+        model.__init__ is models.Model.__init__
+        and len(fields) == len(model._meta.fields)
+        and not any(f.generated for f in fields)
+    )
+    found = _NEW[model] = _NewSpec(model) if plain else None
+    return found

@@ -22,7 +22,7 @@ from hashlib import sha256
 from typing import Any
 
 import jsonschema
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.utils import timezone
 
 from runs import dbvalues, schema_check, sql
@@ -164,12 +164,13 @@ def append(
 ) -> Event:
     """Append one event to the run's log, inside the caller's transaction (inside a `batch`,
     the INSERT waits for the end of the batch)."""
-    if not connection.in_atomic_block:
+    conn = connections[DEFAULT_DB_ALIAS]  # once: each `connection.…` looks it up again
+    if not conn.in_atomic_block:
         raise RuntimeError("events are appended inside the transaction of their state change")
     version = latest_version(event_type)
     validate(event_type, version, payload)
-    current = _batch_here()
-    last, previous_of_call = (current or _Batch(connection)).head(run.pk, ids.tool_call_id)
+    current = _batch_here(conn)
+    last, previous_of_call = (current or _Batch(conn)).head(run.pk, ids.tool_call_id)
     # A tool call's events are caused by its previous event (the claim by the authorization,
     # the receipt by the claim), unless the caller names another cause.
     causation_id = ids.causation_id or previous_of_call
@@ -272,9 +273,9 @@ class _Batch:
 _local = threading.local()
 
 
-def _batch_here() -> _Batch | None:
+def _batch_here(conn: Any = connection) -> _Batch | None:
     current = getattr(_local, "batch", None)
-    if current is not None and connection.savepoint_ids != current.savepoints:
+    if current is not None and conn.savepoint_ids != current.savepoints:
         # What a savepoint appends must roll back with it, and what the batch holds must
         # not: neither is possible once the batch's INSERT waits for the end of the block.
         raise RuntimeError("no event is appended inside a savepoint opened in an event batch")

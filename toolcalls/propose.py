@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from approvals.models import Policy
 from approvals.policies import Requirement, policy_preview, requirement
-from runs import events, logcontext, transitions
+from runs import dbvalues, events, logcontext, transitions
 from runs.canonical import digest
 from runs.errors import (
     AUTH_SCOPE_MISSING,
@@ -312,19 +312,23 @@ def tool_call_create(
 ) -> ToolCall:
     """Record a checked call with its `tool_call.proposed` event, then let the policy decide:
     held for approval, or authorized and dispatched. The run is locked."""
-    call = ToolCall(
-        tenant=run.tenant,
-        run=run,
-        capability_id=capability.id,
-        decision=decision,
-        intent=intent,
-        object_ref=object_ref,
-        object_revision=object_revision,
-        args=args,
-        args_digest=args_digest,
-        idempotency_key=key,
-        external_request_id=new_id("req"),
-        compensation_of=compensation_of,
+    # ToolCall(**values) less Model.__init__'s generic loop (runs/dbvalues.py).
+    call = dbvalues.new(
+        ToolCall,
+        {
+            "tenant": run.tenant,
+            "run": run,
+            "capability_id": capability.id,
+            "decision": decision,
+            "intent": intent,
+            "object_ref": object_ref,
+            "object_revision": object_revision,
+            "args": args,
+            "args_digest": args_digest,
+            "idempotency_key": key,
+            "external_request_id": new_id("req"),
+            "compensation_of": compensation_of,
+        },
     )
     tally = _tally(run, call, capability)
     needed = gate.requirement_for(call, capability, tally.newest_policy_id)

@@ -181,9 +181,10 @@ def proposal_lookup(
 ) -> ProposalLookup | None:
     """What a proposal reads before its business check, in one statement; None when the
     tenant has no such run."""
-    if connection.vendor != "postgresql":
+    conn = connections[DEFAULT_DB_ALIAS]  # once: each `connection.…` looks it up again
+    if conn.vendor != "postgresql":
         return _proposal_lookup_orm(tenant_id, run_id, key, capability_id, object_ref)
-    with connection.cursor() as cursor:
+    with conn.cursor() as cursor:
         target = [tenant_id, capability_id, object_ref]
         cursor.execute(_LOOKUP, [tenant_id, key, *target, run_id, tenant_id])
         row = cursor.fetchone()
@@ -224,10 +225,11 @@ _LOCK_TENANT_RUN = (
 def lock_run(*, tenant_id: int | None, run_id: str) -> Run | None:
     """The run (the tenant's, unless `tenant_id` is None: a worker's, by the id of a row it
     holds), its row locked (it orders the run's proposals and events)."""
-    if not connection.features.has_select_for_update:
+    conn = connections[DEFAULT_DB_ALIAS]  # once: each `connection.…` looks it up again
+    if not conn.features.has_select_for_update:
         runs = Run.objects.select_for_update().filter(pk=run_id)
         return (runs if tenant_id is None else runs.filter(tenant_id=tenant_id)).first()
-    with connection.cursor() as cursor:
+    with conn.cursor() as cursor:
         if tenant_id is None:
             cursor.execute(_LOCK_RUN, [run_id])
         else:
