@@ -44,7 +44,7 @@ class SavesChangedFields(models.Model):
         if len(values) == len(cls._meta.concrete_fields):
             obj._remember_all()
         else:  # deferred fields are not in __dict__: nothing to remember of them
-            obj._remember(f for f in cls._meta.concrete_fields if f.attname in obj.__dict__)
+            obj._remember_all(tuple(field_names))
         return obj
 
     def _remember(self, fields: Any) -> None:
@@ -52,11 +52,12 @@ class SavesChangedFields(models.Model):
         for field in fields:
             saved[field.attname] = _snapshot_value(field, self.__dict__.get(field.attname))
 
-    def _remember_all(self) -> None:
-        """`_remember` of every concrete field, for a whole row: what a row read or written
-        whole costs (three rows per dispatched call are read, per stage; the per-field loop
-        was 4-7 % of a worker's CPU)."""
-        names, json_names = _names(type(self))
+    def _remember_all(self, loaded: tuple[str, ...] | None = None) -> None:
+        """`_remember` of every concrete field, or of the `loaded` ones (the attnames a
+        deferring query read), for a whole row: what a row read or written whole costs (three
+        rows per dispatched call are read, per stage; the per-field loop was 4-7 % of a
+        worker's CPU, and a third of the desk's, whose 200 rows a page are read deferred)."""
+        names, json_names = _names(type(self), loaded)
         values = self.__dict__
         saved = dict(zip(names, map(values.get, names), strict=True))
         for name in json_names:
@@ -84,12 +85,15 @@ _NAMES: dict[Any, tuple[list[str], list[str]]] = {}
 _COMPARISONS: dict[Any, list[tuple[str, str, bool, bool]]] = {}
 
 
-def _names(model: Any) -> tuple[list[str], list[str]]:
-    """The model's concrete fields' attnames, and those of its JSON fields (kept as repr)."""
-    found = _NAMES.get(model)
+def _names(model: Any, loaded: tuple[str, ...] | None = None) -> tuple[list[str], list[str]]:
+    """The model's concrete fields' attnames (those in `loaded`, when given), and those of its
+    JSON fields (kept as repr). A query's deferred fields are the same for each of its rows:
+    found once per model and set of columns read."""
+    key = model if loaded is None else (model, loaded)
+    found = _NAMES.get(key)
     if found is None:
-        fields = model._meta.concrete_fields
-        found = _NAMES[model] = (
+        fields = [f for f in model._meta.concrete_fields if loaded is None or f.attname in loaded]
+        found = _NAMES[key] = (
             [f.attname for f in fields],
             [f.attname for f in fields if isinstance(f, models.JSONField)],
         )

@@ -72,3 +72,21 @@ def test_a_json_value_changed_in_place_is_written(run: Run, sandbox: Sandbox) ->
     call.save(update_fields=call.changed_fields())
     assert fresh(call).args["reason"] == "changed in place"
     assert call.changed_fields() == ["updated_at"]
+
+
+def test_a_row_read_deferred_remembers_what_it_read_and_only_that(
+    run: Run, sandbox: Sandbox
+) -> None:
+    propose_in(run)
+    # Two shapes of deferred read, each remembered by its own columns (runs/changes.py keeps
+    # the columns of each shape once): what was read is compared, what was not is not.
+    lean = ToolCall.objects.filter(run=run).defer("args", "result").get()
+    leaner = ToolCall.objects.filter(run=run).only("id", "intent", "result").get()
+
+    assert "args" not in lean._saved_values and "result" not in lean._saved_values
+    assert set(leaner._saved_values) == {"id", "intent", "result"}
+    assert lean.changed_fields() == ["updated_at"]
+    lean.intent = "renamed"
+    leaner.result = {"read": "then changed"}
+    assert lean.changed_fields() == ["intent", "updated_at"]
+    assert leaner.changed_fields() == ["result"]
