@@ -18,6 +18,7 @@ from approvals import selectors
 from approvals.models import Approval
 from console import approval_page as page
 from console import formatting
+from console.inbox_rows import inbox_rows
 from console.views.approval_edit import preview_from_post
 from memory.feedback import approval_feedback
 from runs.errors import DomainError
@@ -42,6 +43,7 @@ def inbox(request: HttpRequest) -> HttpResponse:
     rows = list(selectors.inbox(tenant=tenant)[offset : offset + INBOX_PAGE_SIZE + 1])
     context = {
         "approvals": rows[:INBOX_PAGE_SIZE],
+        "rows": inbox_rows(rows[:INBOX_PAGE_SIZE], now=now),
         "now": now,
         "seen": seen,
         "page": page,
