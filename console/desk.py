@@ -8,7 +8,6 @@ from datetime import datetime
 from typing import Any
 
 from django.db.models import Count, Exists, OuterRef, Prefetch, Q, QuerySet, Subquery
-from django.urls import reverse
 from django.utils import dateformat, timezone
 from django.utils.timesince import timesince
 from django.utils.timezone import localtime
@@ -16,6 +15,7 @@ from django.utils.timezone import localtime
 from approvals.models import Approval, ApprovalDecision
 from console.formatting import escaped as _h
 from console.formatting import html_of as _join
+from console.formatting import url_pattern
 from runs.models import Event, Run, Tenant
 from toolcalls import capabilities
 from toolcalls.models import DESK_STATUSES, E, Receipt, ToolCall, V
@@ -239,9 +239,9 @@ def desk_rows(items: list[dict[str, Any]], *, user_id: int, csrf_input: str) -> 
     `{% url %}`s, filters and look-ups per row, a hundred rows) was most of the page's time.
     Writes what templates/toolcalls/desk.html wrote; `csrf_input` is the hidden input
     `{% csrf_token %}` writes."""
-    item_url = reverse("desk:item", args=["ID"]).replace("ID", "{}")
-    run_url = reverse("runs:detail", args=["ID"]).replace("ID", "{}")
-    resume_url = reverse("desk:resume-run", args=["ID"]).replace("ID", "{}")
+    item_url = url_pattern("desk:item")
+    run_url = url_pattern("runs:detail")
+    resume_url = url_pattern("desk:resume-run")
     rows = []
     for item in items:
         call, run = item["call"], item["run"]

@@ -8,7 +8,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime
 
-from django.urls import reverse
 from django.utils import dateformat
 from django.utils.html import conditional_escape
 from django.utils.safestring import SafeString, mark_safe
@@ -17,14 +16,14 @@ from django.utils.timezone import localtime
 
 from approvals.models import Approval
 from console.formatting import escaped as _h
-from console.formatting import summary_text
+from console.formatting import summary_text, url_pattern
 
 
 def inbox_rows(approvals: Iterable[Approval], *, now: datetime) -> SafeString:
     """Writes what templates/approvals/inbox.html's loop wrote for each approval (its run
     read with it: select_related)."""
-    detail_url = reverse("approvals:detail", args=["ID"]).replace("ID", "{}")
-    run_url = reverse("runs:detail", args=["ID"]).replace("ID", "{}")
+    detail_url = url_pattern("approvals:detail")
+    run_url = url_pattern("runs:detail")
     rows = []
     for a in approvals:
         # The tag's output was autoescaped unless marked safe: conditional_escape does both.
