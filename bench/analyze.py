@@ -34,7 +34,8 @@ def _over(counter: str, setting: str) -> str:
 # last one) besides the ANALYZE. The settings are the server's.
 _VACUUM = f"{_over('n_dead_tup', 'vacuum')} OR {_over('n_ins_since_vacuum', 'vacuum_insert')}"
 _DUE = (
-    f"SELECT s.relname, {_VACUUM} FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid"
+    f"SELECT s.schemaname, s.relname, {_VACUUM}"
+    " FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid"
     f" WHERE {_VACUUM} OR {_over('n_mod_since_analyze', 'analyze')}"
 )
 
@@ -58,11 +59,13 @@ class AutoAnalyze(threading.Thread):
 
     def analyze_due(self) -> None:
         self.statements += 1
-        for table, vacuum in self.conn.execute(_DUE).fetchall():
+        for schema, table, vacuum in self.conn.execute(_DUE).fetchall():
             self.statements += 1
             # VACUUM (ANALYZE) analyzes even when only the vacuum was due: autovacuum would
-            # analyze it soon after, and one statement is enough.
-            self.conn.execute(f'{"VACUUM (ANALYZE)" if vacuum else "ANALYZE"} "{table}"')
+            # analyze it soon after, and one statement is enough. Schema named: DBOS's tables
+            # are in `dbos`.
+            what = "VACUUM (ANALYZE)" if vacuum else "ANALYZE"
+            self.conn.execute(f'{what} "{schema}"."{table}"')
             self.analyzed[table] = self.analyzed.get(table, 0) + 1
 
     def stop(self) -> None:

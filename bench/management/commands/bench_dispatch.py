@@ -482,6 +482,7 @@ class Bench:
             f"  CPU ms/workflow per process: {parts} (postgres: the {b['backends']} backends of "
             f"{self.dbos_db} only) -> total {sum(theirs.values()):.2f}"
         )
+        self.say(f"  maintenance: {describe_analyze(b.get('analyzed'))}")
         effects = ledger(sandbox_url)
         request_ids = {e["request_id"] for e in effects}
         ok = len(effects) == n and len(request_ids) == n
