@@ -11,11 +11,12 @@ from datetime import datetime
 from functools import partial
 
 from django.db import models
-from django_fsm import FSMField, FSMModelMixin, transition
+from django_fsm import FSMModelMixin, transition
 
 from runs.changes import SavesChangedFields
 from runs.ids import new_id
 from runs.models import Run, Tenant, User
+from runs.statefield import StateField
 
 
 class Policy(models.Model):
@@ -78,7 +79,7 @@ class Approval(FSMModelMixin, SavesChangedFields, models.Model):
     tool_call = models.ForeignKey(
         "toolcalls.ToolCall", on_delete=models.PROTECT, related_name="approvals"
     )
-    state = FSMField(default=State.PENDING, choices=State.choices, protected=True)
+    state = StateField(default=State.PENDING, choices=State.choices, protected=True)
     # What exactly is approved: these arguments, on this revision of the object, in this scope.
     args = models.JSONField()
     args_digest = models.CharField(max_length=64)

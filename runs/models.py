@@ -8,7 +8,7 @@ from django.contrib.auth.models import AbstractUser
 from django.db import models
 from django.db.models import F
 from django.utils import timezone
-from django_fsm import FSMField, FSMModelMixin, transition
+from django_fsm import FSMModelMixin, transition
 
 from runs import scopes as key_scopes
 from runs.actors import ActorPerson
@@ -17,6 +17,7 @@ from runs.actors import ActorPerson
 from runs.admin_event_models import AdminEvent  # noqa: F401
 from runs.changes import SavesChangedFields
 from runs.ids import new_id
+from runs.statefield import StateField
 
 
 class Tenant(models.Model):
@@ -126,7 +127,7 @@ class Run(FSMModelMixin, SavesChangedFields, models.Model):
     title = models.CharField(max_length=200)
     correlation_id = models.CharField(max_length=200, blank=True)
     metadata = models.JSONField(default=dict, blank=True)
-    state = FSMField(default=State.ACTIVE, choices=State.choices, protected=True)
+    state = StateField(default=State.ACTIVE, choices=State.choices, protected=True)
     max_tool_calls = models.PositiveIntegerField(default=50)
     max_attempts = models.PositiveIntegerField(default=200)
     deadline = models.DateTimeField(null=True, blank=True)

@@ -11,11 +11,12 @@ from functools import partial
 
 from django.db import models
 from django.utils import timezone
-from django_fsm import FSMField, FSMModelMixin, transition
+from django_fsm import FSMModelMixin, transition
 
 from runs.changes import SavesChangedFields
 from runs.ids import new_id
 from runs.models import Decision, Run, Tenant
+from runs.statefield import StateField
 
 # Kept in their own module (this one stays within its size); read from here by the rest.
 from toolcalls.statuses import (  # noqa: F401
@@ -55,10 +56,10 @@ class ToolCall(FSMModelMixin, SavesChangedFields, models.Model):
     idempotency_key = models.CharField(max_length=400)
     # Our id for the operation at the external system, for look-ups; fixed at proposal too.
     external_request_id = models.CharField(max_length=40, unique=True)
-    execution_status = FSMField(default=E.PROPOSED, choices=E.choices, protected=True)
+    execution_status = StateField(default=E.PROPOSED, choices=E.choices, protected=True)
     # When execution_status last changed (with its event): the desk's order, without the log.
     status_since = models.DateTimeField(default=timezone.now)
-    verification_status = FSMField(default=V.NOT_OBSERVED, choices=V.choices, protected=True)
+    verification_status = StateField(default=V.NOT_OBSERVED, choices=V.choices, protected=True)
     # Incremented by every claim; an outcome is recorded only with the current token.
     fencing_token = models.PositiveIntegerField(default=0)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
