@@ -28,6 +28,7 @@ from django.db.models.fields import AutoFieldMixin
 from django.db.models.fields.related_descriptors import ForeignKeyDeferredAttribute
 from django.db.models.query_utils import DeferredAttribute
 from django.db.models.signals import post_init, pre_init
+from django.dispatch.dispatcher import NO_RECEIVERS
 from psycopg.types.json import Jsonb
 
 _TEXT, _INTEGER, _BOOLEAN, _DATETIME, _JSON, _OTHER = range(6)
@@ -307,8 +308,24 @@ def make(model: Any, alias: str, attnames: list[str], values: list[Any]) -> Any:
 _PLAIN: dict[Any, bool] = {}
 
 
+def _init_signalled(model: Any) -> bool:
+    """Whether pre_init or post_init has a listener for `model`: none when neither signal
+    has any receiver (this project connects none), or when their caches say so (every
+    connect and disconnect clears them), without a call; `has_listeners` was three calls
+    per signal for every row made (4,800 per 200 dispatched calls, profile_dispatch
+    --profile)."""
+    if not pre_init.receivers and not post_init.receivers:
+        return False
+    if (
+        pre_init.sender_receivers_cache.get(model) is NO_RECEIVERS
+        and post_init.sender_receivers_cache.get(model) is NO_RECEIVERS
+    ):
+        return False
+    return pre_init.has_listeners(model) or post_init.has_listeners(model)
+
+
 def _plain_init(model: Any) -> bool:
-    if pre_init.has_listeners(model) or post_init.has_listeners(model):
+    if _init_signalled(model):
         return False
     plain = _PLAIN.get(model)
     if plain is None:
@@ -328,12 +345,7 @@ def new(model: Any, values: dict[str, Any]) -> Any:
     field, or a name `__init__` would treat otherwise, gets `model(**values)`.
     tests/test_runs_dbvalues.py compares the two."""
     spec = _new_spec(model)
-    if (
-        spec is None
-        or not spec.accepts.issuperset(values)
-        or pre_init.has_listeners(model)
-        or post_init.has_listeners(model)
-    ):
+    if spec is None or not spec.accepts.issuperset(values) or _init_signalled(model):
         return model(**values)
     obj = model.__new__(model)
     attributes = obj.__dict__
