@@ -17,6 +17,7 @@ from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.db.models import F
 
 from runs import dbvalues
+from runs import sql as runs_sql
 from runs.models import Run, Tenant
 from toolcalls.models import Attempt, ObjectRevision, Receipt, ToolCall
 
@@ -184,10 +185,10 @@ def proposal_lookup(
     conn = connections[DEFAULT_DB_ALIAS]  # once: each `connection.…` looks it up again
     if conn.vendor != "postgresql":
         return _proposal_lookup_orm(tenant_id, run_id, key, capability_id, object_ref)
-    with conn.cursor() as cursor:
-        target = [tenant_id, capability_id, object_ref]
-        cursor.execute(_LOOKUP, [tenant_id, key, *target, run_id, tenant_id])
-        row = cursor.fetchone()
+    cursor = runs_sql.cursor(conn)
+    target = [tenant_id, capability_id, object_ref]
+    cursor.execute(_LOOKUP, [tenant_id, key, *target, run_id, tenant_id])
+    row = cursor.fetchone()
     if row is None:
         return None
     found = row[3]
@@ -229,12 +230,12 @@ def lock_run(*, tenant_id: int | None, run_id: str) -> Run | None:
     if not conn.features.has_select_for_update:
         runs = Run.objects.select_for_update().filter(pk=run_id)
         return (runs if tenant_id is None else runs.filter(tenant_id=tenant_id)).first()
-    with conn.cursor() as cursor:
-        if tenant_id is None:
-            cursor.execute(_LOCK_RUN, [run_id])
-        else:
-            cursor.execute(_LOCK_TENANT_RUN, [run_id, tenant_id])
-        row = cursor.fetchone()
+    cursor = runs_sql.cursor(conn)
+    if tenant_id is None:
+        cursor.execute(_LOCK_RUN, [run_id])
+    else:
+        cursor.execute(_LOCK_TENANT_RUN, [run_id, tenant_id])
+    row = cursor.fetchone()
     return None if row is None else _row(Run, row)
 
 
