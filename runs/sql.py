@@ -15,7 +15,7 @@ from runs import dbvalues
 from runs.models import ApiKey, Event, Run, Tenant, User
 
 
-def cursor(conn: Any) -> Any:
+def cursor_for(conn: Any) -> Any:
     """`conn.cursor()`, or the one it gave last time while what would make it another is
     unchanged: the same database connection, its health check done (or none asked), the
     same logging of queries (a debug cursor records them) and time zone. Making one is ~43
@@ -52,14 +52,14 @@ def lock_and_read_head(run_id: str, tool_call_id: str) -> tuple[dict[str, Any] |
     would see the snapshot from before the lock was granted, missing the event that the
     previous holder just committed. SQLite has no row locks: the database lock serializes
     its writers already."""
-    with connection.cursor() as cursor:
-        if connection.features.has_select_for_update:
-            cursor.execute("SELECT id FROM runs_run WHERE id = %s FOR UPDATE", [run_id])
-            if cursor.fetchone() is None:
-                raise Run.DoesNotExist(run_id)
-        # NULL matches no row: run-level events have no previous event of a call.
-        cursor.execute(_READ, [tool_call_id or None, run_id])
-        row = cursor.fetchone()
+    cursor = cursor_for(connections[DEFAULT_DB_ALIAS])
+    if connection.features.has_select_for_update:
+        cursor.execute("SELECT id FROM runs_run WHERE id = %s FOR UPDATE", [run_id])
+        if cursor.fetchone() is None:
+            raise Run.DoesNotExist(run_id)
+    # NULL matches no row: run-level events have no previous event of a call.
+    cursor.execute(_READ, [tool_call_id or None, run_id])
+    row = cursor.fetchone()
     if row is None:
         return None, ""
     return dict(zip(("id", "seq", "hash", "tool_call_id"), row[:4], strict=True)), row[4] or ""
@@ -81,13 +81,13 @@ def lock_and_read_heads(run_ids: list[str], first: str) -> dict[str, dict[str, A
     -> its last event (None when it has none yet), for the runs that exist. Two statements
     for any number of runs, for the same reason as there: the read must not share the lock's
     snapshot."""
-    with connection.cursor() as cursor:
-        cursor.execute(_LOCK_RUNS, [list(run_ids), first])
-        locked = [row[0] for row in cursor.fetchall()]
-        if not locked:
-            return {}
-        cursor.execute(_HEADS, [locked])
-        rows = cursor.fetchall()
+    cursor = cursor_for(connections[DEFAULT_DB_ALIAS])
+    cursor.execute(_LOCK_RUNS, [list(run_ids), first])
+    locked = [row[0] for row in cursor.fetchall()]
+    if not locked:
+        return {}
+    cursor.execute(_HEADS, [locked])
+    rows = cursor.fetchall()
     fields = ("id", "seq", "hash", "tool_call_id")
     return {
         row[0]: None if row[1] is None else dict(zip(fields, row[1:], strict=True)) for row in rows
@@ -96,9 +96,9 @@ def lock_and_read_heads(run_ids: list[str], first: str) -> dict[str, dict[str, A
 
 def last_event_of_call(tool_call_id: str) -> str:
     """The id of the tool call's last stored event ('' when none), for a run already locked."""
-    with connection.cursor() as cursor:
-        cursor.execute(_LAST_OF_CALL, [tool_call_id])
-        row = cursor.fetchone()
+    cursor = cursor_for(connections[DEFAULT_DB_ALIAS])
+    cursor.execute(_LAST_OF_CALL, [tool_call_id])
+    row = cursor.fetchone()
     return row[0] if row else ""
 
 
@@ -110,9 +110,9 @@ _LAST_OF_CALLS = (
 
 def last_events_of_calls(tool_call_ids: list[str]) -> dict[str, str]:
     """`last_event_of_call` of many calls in one statement (a call with none is left out)."""
-    with connection.cursor() as cursor:
-        cursor.execute(_LAST_OF_CALLS, [list(tool_call_ids)])
-        return dict(cursor.fetchall())
+    cursor = cursor_for(connections[DEFAULT_DB_ALIAS])
+    cursor.execute(_LAST_OF_CALLS, [list(tool_call_ids)])
+    return dict(cursor.fetchall())
 
 
 def insert_events(events: list[Event]) -> None:
@@ -146,7 +146,7 @@ def _insert(model: Any, objs: list[Any]) -> None:
     else:
         params = [value for obj in objs for value in plan.params(obj, indexes, True)]
         statement = _values_insert(model, len(objs))
-    cursor(conn).execute(statement, params)
+    cursor_for(conn).execute(statement, params)
 
 
 def _insert_into(model: Any) -> str:
@@ -286,11 +286,11 @@ def update_fields(obj: Any, names: list[str]) -> None:
     indexes = _indexes(plan, names)
     statement = _update_one(obj._meta, tuple(indexes), plan)
     key = obj._meta.pk.get_db_prep_value(obj.pk, conn)
-    with conn.cursor() as cursor:
-        cursor.execute(statement, [*plan.params(obj, indexes, False), key])
-        if cursor.rowcount != 1:
-            # As Model.save(update_fields=…) says it: the row is gone (never for a locked one).
-            raise DatabaseError("Save with update_fields did not affect any rows.")
+    cursor = cursor_for(conn)
+    cursor.execute(statement, [*plan.params(obj, indexes, False), key])
+    if cursor.rowcount != 1:
+        # As Model.save(update_fields=…) says it: the row is gone (never for a locked one).
+        raise DatabaseError("Save with update_fields did not affect any rows.")
     obj._remember([plan.fields[i] for i in indexes])
 
 
@@ -333,10 +333,10 @@ def update_many(objs: list[Any], names: list[str]) -> None:
     indexes = _indexes(plan, names)
     key = plan.fields.index(meta.pk)
     rows = plan.json_rows(objs, [key, *indexes], False)
-    with conn.cursor() as cursor:
-        cursor.execute(_update_many(meta, plan, key, indexes), [rows])
-        if cursor.rowcount != len(objs):
-            raise DatabaseError("Save with update_fields did not affect every row.")
+    cursor = cursor_for(conn)
+    cursor.execute(_update_many(meta, plan, key, indexes), [rows])
+    if cursor.rowcount != len(objs):
+        raise DatabaseError("Save with update_fields did not affect every row.")
     fields = [plan.fields[i] for i in indexes]
     for obj in objs:
         obj._remember(fields)

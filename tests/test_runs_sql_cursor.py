@@ -1,4 +1,4 @@
-"""runs/sql.py's `cursor`: the same cursor again for the next statement, and a new one
+"""runs/sql.py's `cursor_for`: the same cursor again for the next statement, and a new one
 whenever `connection.cursor()` would have made a different one (another connection, a health
 check due, queries logged or not, another time zone)."""
 
@@ -16,46 +16,46 @@ pytestmark = pytest.mark.django_db
 
 
 def _one(value: int) -> int:
-    cursor = sql.cursor(connection)
+    cursor = sql.cursor_for(connection)
     cursor.execute("SELECT %s", [value])
     return cursor.fetchone()[0]
 
 
 def test_it_gives_the_same_cursor_to_the_next_statement() -> None:
-    first = sql.cursor(connection)
-    assert sql.cursor(connection) is first
+    first = sql.cursor_for(connection)
+    assert sql.cursor_for(connection) is first
     assert [_one(1), _one(2)] == [1, 2]
 
 
 def test_a_new_connection_gets_a_new_cursor() -> None:
-    before = sql.cursor(connection)
+    before = sql.cursor_for(connection)
     kept = connection._kept_cursor
     connection._kept_cursor = (object(), *kept[1:])  # made on a connection since closed
-    after = sql.cursor(connection)
+    after = sql.cursor_for(connection)
     assert after is not before
     assert _one(3) == 3
 
 
 def test_logged_queries_get_a_cursor_that_logs_them() -> None:
-    plain = sql.cursor(connection)
+    plain = sql.cursor_for(connection)
     with CaptureQueriesContext(connection) as captured:
-        assert sql.cursor(connection) is not plain
+        assert sql.cursor_for(connection) is not plain
         assert _one(4) == 4
     assert [query["sql"] for query in captured.captured_queries] == ["SELECT 4"]
-    assert sql.cursor(connection) is not plain  # and back to a plain one after
+    assert sql.cursor_for(connection) is not plain  # and back to a plain one after
 
 
 def test_a_health_check_due_gets_a_new_cursor(monkeypatch: pytest.MonkeyPatch) -> None:
     conn = connections[DEFAULT_DB_ALIAS]  # monkeypatch restores the wrapper's own attributes
-    kept = sql.cursor(conn)
+    kept = sql.cursor_for(conn)
     monkeypatch.setattr(conn, "health_check_enabled", True)
     monkeypatch.setattr(conn, "health_check_done", False)
-    assert sql.cursor(conn) is not kept
+    assert sql.cursor_for(conn) is not kept
     assert conn.health_check_done  # made by conn.cursor(), which checked
 
 
 def test_another_time_zone_gets_a_new_cursor(monkeypatch: pytest.MonkeyPatch) -> None:
     conn = connections[DEFAULT_DB_ALIAS]
-    kept = sql.cursor(conn)
+    kept = sql.cursor_for(conn)
     monkeypatch.setitem(conn.__dict__, "timezone", zoneinfo.ZoneInfo("Europe/Paris"))
-    assert sql.cursor(conn) is not kept
+    assert sql.cursor_for(conn) is not kept

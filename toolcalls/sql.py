@@ -61,9 +61,9 @@ def lock_call(tool_call_id: str) -> ToolCall | None:
             .filter(pk=tool_call_id)
             .first()
         )
-    with connection.cursor() as cursor:
-        cursor.execute(_LOCK, [tool_call_id])
-        row = cursor.fetchone()
+    cursor = runs_sql.cursor_for(connections[DEFAULT_DB_ALIAS])
+    cursor.execute(_LOCK, [tool_call_id])
+    row = cursor.fetchone()
     if row is None:
         return None
     return _call_of(row)
@@ -77,9 +77,9 @@ def lock_calls(tool_call_ids: list[str], *, skip_locked: bool = False) -> list[T
         query = query.select_related("run", "tenant").filter(pk__in=tool_call_ids)
         return list(query.order_by("run_id", "id"))
     statement = _LOCK_MANY + (" SKIP LOCKED" if skip_locked else "")
-    with connection.cursor() as cursor:
-        cursor.execute(statement, [list(tool_call_ids)])
-        rows = cursor.fetchall()
+    cursor = runs_sql.cursor_for(connections[DEFAULT_DB_ALIAS])
+    cursor.execute(statement, [list(tool_call_ids)])
+    rows = cursor.fetchall()
     return [_call_of(row) for row in rows]
 
 
@@ -139,9 +139,9 @@ def readiness_of(calls: list[ToolCall]) -> dict[str, Readiness]:
     """`readiness` of each call, read in one statement."""
     if not calls:
         return {}
-    with connection.cursor() as cursor:
-        cursor.execute(_READINESS_MANY, [[call.pk for call in calls]])
-        rows = cursor.fetchall()
+    cursor = runs_sql.cursor_for(connections[DEFAULT_DB_ALIAS])
+    cursor.execute(_READINESS_MANY, [[call.pk for call in calls]])
+    rows = cursor.fetchall()
     return {row[0]: Readiness(row[1], bool(row[2]), row[3], row[4]) for row in rows}
 
 
@@ -185,7 +185,7 @@ def proposal_lookup(
     conn = connections[DEFAULT_DB_ALIAS]  # once: each `connection.…` looks it up again
     if conn.vendor != "postgresql":
         return _proposal_lookup_orm(tenant_id, run_id, key, capability_id, object_ref)
-    cursor = runs_sql.cursor(conn)
+    cursor = runs_sql.cursor_for(conn)
     target = [tenant_id, capability_id, object_ref]
     cursor.execute(_LOOKUP, [tenant_id, key, *target, run_id, tenant_id])
     row = cursor.fetchone()
@@ -230,7 +230,7 @@ def lock_run(*, tenant_id: int | None, run_id: str) -> Run | None:
     if not conn.features.has_select_for_update:
         runs = Run.objects.select_for_update().filter(pk=run_id)
         return (runs if tenant_id is None else runs.filter(tenant_id=tenant_id)).first()
-    cursor = runs_sql.cursor(conn)
+    cursor = runs_sql.cursor_for(conn)
     if tenant_id is None:
         cursor.execute(_LOCK_RUN, [run_id])
     else:
@@ -408,8 +408,8 @@ def end_attempts(ends: list[AttemptEnd]) -> None:
         [e.error_name for e in ends],
         [e.http_status for e in ends],
     ]
-    with connection.cursor() as cursor:
-        cursor.execute(_END_ATTEMPTS, columns)
+    cursor = runs_sql.cursor_for(connections[DEFAULT_DB_ALIAS])
+    cursor.execute(_END_ATTEMPTS, columns)
 
 
 _BUMP_REVISIONS = (
@@ -434,12 +434,12 @@ def bump_revisions(writes: dict[tuple[int, str], int]) -> set[tuple[int, str]]:
                 moved.add((tenant_id, ref))
         return moved
     keys = list(writes)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            _BUMP_REVISIONS,
-            [[k[0] for k in keys], [k[1] for k in keys], [writes[k] for k in keys]],
-        )
-        return {(tenant_id, ref) for tenant_id, ref in cursor.fetchall()}
+    cursor = runs_sql.cursor_for(connections[DEFAULT_DB_ALIAS])
+    cursor.execute(
+        _BUMP_REVISIONS,
+        [[k[0] for k in keys], [k[1] for k in keys], [writes[k] for k in keys]],
+    )
+    return {(tenant_id, ref) for tenant_id, ref in cursor.fetchall()}
 
 
 # --- the approve POST's two questions -------------------------------------------------------

@@ -61,7 +61,7 @@ def run_tally(*, run_id: str, tenant_id: int, capability_id: str) -> RunTally:
     conn = connections[DEFAULT_DB_ALIAS]  # once: each `connection.…` looks it up again
     if conn.vendor != "postgresql":
         return RunTally(calls_in_run(run_id), None, head_read=False)
-    cursor = runs_sql.cursor(conn)
+    cursor = runs_sql.cursor_for(conn)
     cursor.execute(_TALLY, [run_id, tenant_id, capability_id, run_id])
     calls, policy_id, *last = cursor.fetchone()
     head = None if last[0] is None else dict(zip(("id", "seq", "hash"), last, strict=True))
@@ -78,7 +78,7 @@ def insert_decided(call: ToolCall, *, created_at: datetime, message: OutboxMessa
     call.created_at = created_at
     values[_CREATED_AT] = dbvalues.plan(ToolCall, conn).param(_CREATED_AT, created_at)
     if message is None:
-        runs_sql.cursor(conn).execute(_INSERT_CALL, values)
+        runs_sql.cursor_for(conn).execute(_INSERT_CALL, values)
     elif conn.vendor != "postgresql":  # no INSERT in a WITH
         with conn.cursor() as cursor:
             cursor.execute(_INSERT_CALL, values)
@@ -87,7 +87,7 @@ def insert_decided(call: ToolCall, *, created_at: datetime, message: OutboxMessa
         # As runs/sql.py's insert_rows prepares it (runs/dbvalues.py), not field by field.
         plan = dbvalues.plan(OutboxMessage, conn)
         row = plan.params(message, plan.every, True)
-        runs_sql.cursor(conn).execute(_INSERT_CALL_AND_MESSAGE, [*values, *row])
+        runs_sql.cursor_for(conn).execute(_INSERT_CALL_AND_MESSAGE, [*values, *row])
         message._state.adding, message._state.db = False, conn.alias
     call._state.adding, call._state.db = False, conn.alias
     # Everything is written; updated_at, which a save always writes, is remembered after the
