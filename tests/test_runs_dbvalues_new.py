@@ -16,7 +16,7 @@ from django.db.models.signals import post_init
 from runs import dbvalues
 from runs.models import Event, OutboxMessage, Run
 from toolcalls import sql as toolcalls_sql
-from toolcalls.models import Attempt, E, ToolCall, V
+from toolcalls.models import Attempt, E, Receipt, ToolCall, V
 
 pytestmark = pytest.mark.django_db
 MOMENT = datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
@@ -212,6 +212,17 @@ def test_a_default_that_is_made_each_time_is_made_for_each_instance() -> None:
         (
             Attempt,
             {"tool_call_id": "tc_x", "run_id": "run_x", "number": 2, "fencing_token": 2},
+        ),
+        (
+            Receipt,
+            {
+                "tool_call_id": "tc_x",
+                "attempt_id": "att_x",
+                "external_id": "re_1",
+                "status": "succeeded",
+                "source": "dispatch",
+                "raw_response": {"id": "re_1", "amount": 2500},
+            },
         ),
     ],
 )

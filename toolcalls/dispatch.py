@@ -19,7 +19,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from runs import events, outbox, transitions
+from runs import dbvalues, events, outbox, transitions
 from runs import sql as runs_sql
 from runs.faults import crashpoint
 from runs.models import Run
@@ -241,13 +241,17 @@ def _take(
     call.fencing_token += 1
     number = call.fencing_token  # one claim, one attempt: their counts are the same
     lease = now + timedelta(seconds=timeout_of(capability) + settings.LEASE_MARGIN_SECONDS)
-    attempt = Attempt(
-        tool_call=call,
-        run=call.run,
-        number=number,
-        fencing_token=call.fencing_token,
-        worker=worker,
-        started_at=now,
+    # Attempt(...) less Model.__init__'s loop (runs/dbvalues.py): one per claim.
+    attempt = dbvalues.new(
+        Attempt,
+        {
+            "tool_call": call,
+            "run": call.run,
+            "number": number,
+            "fencing_token": call.fencing_token,
+            "worker": worker,
+            "started_at": now,
+        },
     )
     attempts.append(attempt)
     call.lease_expires_at = lease

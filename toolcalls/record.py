@@ -16,7 +16,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from runs import outbox
+from runs import dbvalues, outbox
 from runs import sql as runs_sql
 from runs.models import OutboxMessage
 from toolcalls import gate, sql
@@ -97,13 +97,17 @@ def tool_call_accept(
     writes = writes or RecordWrites()
     producer = "dispatcher" if source == Receipt.Source.DISPATCH else "reconciler"
     external_id = external_id_of(capability, body)
-    receipt = Receipt(
-        tool_call=call,
-        attempt_id=attempt_id,
-        external_id=external_id,
-        status=status,
-        source=source,
-        raw_response=body,
+    # Receipt(...) less Model.__init__'s loop (runs/dbvalues.py): one per accepted call.
+    receipt = dbvalues.new(
+        Receipt,
+        {
+            "tool_call": call,
+            "attempt_id": attempt_id,
+            "external_id": external_id,
+            "status": status,
+            "source": source,
+            "raw_response": body,
+        },
     )
     writes.receipts.append(receipt)
     call.external_id, call.result = external_id, body
