@@ -85,9 +85,10 @@ def lock_calls(tool_call_ids: list[str], *, skip_locked: bool = False) -> list[T
 
 def _call_of(row: tuple) -> ToolCall:
     first, second = len(_CALL), len(_CALL) + len(_RUN)
-    call = _row(ToolCall, row[:first])
-    run = _row(Run, row[first:second])
-    tenant = _row(Tenant, row[second:])
+    conn = connections[DEFAULT_DB_ALIAS]  # once for the three rows, not per row
+    call = dbvalues.from_row(ToolCall, conn, row[:first])
+    run = dbvalues.from_row(Run, conn, row[first:second])
+    tenant = dbvalues.from_row(Tenant, conn, row[second:])
     # As select_related leaves them: the related objects cached on the call.
     ToolCall.run.field.set_cached_value(call, run)
     ToolCall.tenant.field.set_cached_value(call, tenant)
