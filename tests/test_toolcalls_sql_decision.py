@@ -97,7 +97,8 @@ def test_the_lock_loads_what_the_two_orm_locks_loaded(waiting: Approval) -> None
     orm_call = ToolCall.objects.select_related("run", "tenant").get(pk=waiting.tool_call_id)
 
     with transaction.atomic(), CaptureQueriesContext(connection) as queries:
-        approval, call = sql.lock_for_decision(tenant_id=waiting.tenant_id, approval_id=waiting.pk)
+        locked = sql.lock_for_decision(tenant_id=waiting.tenant_id, approval_id=waiting.pk)
+        approval, call = locked.approval, locked.call
         related = (approval.policy.pk, approval.run.pk, call.run.state, call.tenant.slug)
 
     assert len(queries) == 1
@@ -112,6 +113,31 @@ def test_the_lock_loads_what_the_two_orm_locks_loaded(waiting: Approval) -> None
     assert related == (orm.policy_id, orm.run_id, orm_call.run.state, "acme")
     assert approval.changed_fields() == ["updated_at"]
     assert call.changed_fields() == ["updated_at"]
+    assert locked.decided_wanted is False  # the tenant has no webhook
+
+
+def _lock_wants(tenant: Tenant, approval: Approval) -> bool:
+    with transaction.atomic():
+        return sql.lock_for_decision(tenant_id=tenant.pk, approval_id=approval.pk).decided_wanted
+
+
+def test_the_lock_answers_whether_a_receiver_wants_the_decision_as_the_orm(
+    tenant: Tenant, other_tenant: Tenant, waiting: Approval
+) -> None:
+    """In the lock's statement, as `receivers_want` and the ORM answer: not a chat channel, an
+    inactive hook, another tenant's, nor one of other events."""
+    url = "https://hooks.example"
+    Webhook.objects.create(tenant=other_tenant, url=url, event_types=["approval.decided"])
+    Webhook.objects.create(tenant=tenant, url=url, event_types=["tool_call.terminal"])
+    Webhook.objects.create(
+        tenant=tenant, url=url, kind=Webhook.Kind.SLACK, event_types=["approval.decided"]
+    )
+    off = Webhook.objects.create(
+        tenant=tenant, url=url, active=False, event_types=["approval.decided"]
+    )
+    assert _lock_wants(tenant, waiting) is _wants(tenant) is _orm_wants(tenant) is False
+    Webhook.objects.filter(pk=off.pk).update(active=True)
+    assert _lock_wants(tenant, waiting) is _wants(tenant) is _orm_wants(tenant) is True
 
 
 def test_the_lock_finds_no_approval_of_another_tenant(waiting: Approval) -> None:
