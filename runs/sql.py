@@ -24,16 +24,19 @@ _READ = (
 _LAST_OF_CALL = "SELECT id FROM runs_event WHERE tool_call_id = %s ORDER BY seq DESC LIMIT 1"
 
 
-def lock_and_read_head(run_id: str, tool_call_id: str) -> tuple[dict[str, Any] | None, str]:
+def lock_and_read_head(
+    run_id: str, tool_call_id: str, *, held: bool = False
+) -> tuple[dict[str, Any] | None, str]:
     """(the run's last event, the id of the tool call's last event), the run row locked.
 
     The lock orders concurrent appends; the (run, seq) unique constraint is the backstop if
     anything ever appends without it. It is its own statement: a read in the same statement
     would see the snapshot from before the lock was granted, missing the event that the
-    previous holder just committed. SQLite has no row locks: the database lock serializes
-    its writers already."""
+    previous holder just committed. `held`: an earlier statement of this transaction locked
+    the run (FOR UPDATE) already, so the read alone, which starts after that lock was granted.
+    SQLite has no row locks: the database lock serializes its writers already."""
     with connection.cursor() as cursor:
-        if connection.features.has_select_for_update:
+        if connection.features.has_select_for_update and not held:
             cursor.execute("SELECT id FROM runs_run WHERE id = %s FOR UPDATE", [run_id])
             if cursor.fetchone() is None:
                 raise Run.DoesNotExist(run_id)

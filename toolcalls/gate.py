@@ -243,8 +243,8 @@ def tool_call_follow_approval(
 
 
 def _lock_both(tenant: Tenant, approval_id: str) -> sql_decision.DecisionLock:
-    # One statement (toolcalls/sql_decision.py), which also asks whether a receiver wants the
-    # decision: the approver waits for this transaction.
+    # One statement (toolcalls/sql_decision.py) locks the approval, its call and its run, and
+    # asks whether a receiver wants the decision: the approver waits for this transaction.
     locked = sql_decision.lock_for_decision(tenant_id=tenant.pk, approval_id=approval_id)
     if locked is None:
         raise not_found("approval", approval_id)
@@ -325,8 +325,9 @@ def _approve(
         approval=approval, user=user, seen_version=seen_version, seen_summary_hash=seen_summary_hash
     )
     # The decision's four events (decision, approved, authorized, run resumed) share one read
-    # of the run's chain head and one INSERT: the approver waits for this transaction.
-    with events.batch():
+    # of the run's chain head and one INSERT: the approver waits for this transaction. The
+    # run's lock was taken with the approval's (_lock_both): the read does not take it again.
+    with events.batch(held=[call.run_id]):
         approvals.approval_approve(approval=approval, user=user, reason=reason)
         tool_call_follow_approval(
             approval=approval,
@@ -353,7 +354,7 @@ def tool_call_reject(
     approvals.approval_check_decision(
         approval=approval, user=user, seen_version=seen_version, seen_summary_hash=seen_summary_hash
     )
-    with events.batch():
+    with events.batch(held=[call.run_id]):  # locked with the approval (_lock_both)
         approvals.approval_reject(approval=approval, user=user, reason=reason)
         tool_call_follow_approval(
             approval=approval,

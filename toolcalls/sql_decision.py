@@ -31,13 +31,17 @@ from toolcalls.webhook_models import Webhook
 # The approve POST read the approval with its tenant, run and call before the business check,
 # then locked the approval (with its run, call and policy) and the call (with its run and
 # tenant) with two more queries: compiling the three ORM queries was a third of the POST's CPU
-# (bench_approve --profile). Written out here: the read, and both locks in one statement —
+# (bench_approve --profile). Written out here: the read, and the locks in one statement —
 # the approval's row FOR UPDATE, then the call's FOR NO KEY UPDATE (as tool_call_lock: a row
-# that only refers to the call is not held up), in the order the two queries took them.
-# The run, tenant and policy are read, not locked (as before): a statement that waited for a
-# lock sees their rows as of its start, and the decision uses only what never changes of them
-# (ids, the correlation id; a policy version is never edited); the run is locked afresh to
-# resume it.
+# that only refers to the call is not held up), in the order the two queries took them, then
+# the run's FOR UPDATE (as the events' lock takes it). Every decision appends events, which
+# locked the run in a statement of their own after the call (runs/sql.py lock_and_read_head):
+# the order is unchanged, and the decision's event batch now only reads the chain head
+# (`events.batch(held=...)`), in a statement that starts after this lock was granted. A
+# locked row is loaded as it is once its lock is granted, so the run is current. The tenant
+# and policy are read, not locked (as before): a statement that waited for a lock sees their
+# rows as of its start, and the decision uses only what never changes of them (ids; a policy
+# version is never edited).
 # tests/test_toolcalls_sql_decision.py proves they answer what the ORM's queries answered.
 _APPROVAL = Approval._meta.concrete_fields
 _POLICY = Policy._meta.concrete_fields
@@ -74,7 +78,7 @@ _DECISION_LOCK = (
     " JOIN approvals_policy p ON p.id = a.policy_id"
     " JOIN toolcalls_toolcall c ON c.id = a.tool_call_id JOIN runs_run r ON r.id = c.run_id"
     " JOIN runs_tenant t ON t.id = c.tenant_id WHERE a.tenant_id = %s AND a.id = %s"
-    " FOR UPDATE OF a FOR NO KEY UPDATE OF c"
+    " FOR UPDATE OF a FOR NO KEY UPDATE OF c FOR UPDATE OF r"
 )
 # The parameters of its EXISTS: chat channels get no approval.decided (no message).
 _DECIDED_RECEIVERS = [
@@ -150,10 +154,10 @@ class DecisionLock:
 
 
 def lock_for_decision(*, tenant_id: int, approval_id: str) -> DecisionLock | None:
-    """The tenant's approval and its call, both rows locked, and whether a receiver wants the
-    decision, in one statement; None when there is no such approval. The approval's policy,
-    run, tenant and call are loaded with it: its call is the locked call object, and its run
-    and tenant are the call's (the same rows)."""
+    """The tenant's approval, its call and its run, the three rows locked, and whether a
+    receiver wants the decision, in one statement; None when there is no such approval. The
+    approval's policy, run, tenant and call are loaded with it: its call is the locked call
+    object, and its run and tenant are the call's (the same rows)."""
     if not connection.features.has_select_for_update:
         approval = (
             Approval.objects.select_for_update(of=("self",))
