@@ -18,6 +18,7 @@ import time
 from math import inf
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import redis
 from django.conf import settings
@@ -189,13 +190,18 @@ def clicks(
             )
             approval = Approval.objects.get(tool_call_id=call.pk)
             backlog = {q: queue.llen(q) for q in ("celery", "interactive")}
+            # As the approval page's form posts it (no enctype: urlencoded), encoded before the
+            # POST as a browser does; the test client's default, multipart, put Django's
+            # multipart parser in the POST (0.111 of 1.861 s in --profile, 31 POSTs).
+            form = urlencode({"version": approval.version, "summary_hash": approval.summary_hash})
             started, cpu_started = time.time(), time.thread_time()
             queries = QueryCount()
             with connection.execute_wrapper(queries):
                 response = profiler.runcall(
                     client.post,
                     f"/approvals/{approval.pk}/approve/",
-                    {"version": approval.version, "summary_hash": approval.summary_hash},
+                    form,
+                    content_type="application/x-www-form-urlencoded",
                 )
             posted, post_cpu = time.time(), time.thread_time() - cpu_started
             if response.status_code != 302:

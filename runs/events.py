@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import operator
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -212,8 +212,12 @@ class _Batch:
     """The events of one block of a transaction: each run's chain head is read (and the run
     locked) once, the events are inserted together when the block ends."""
 
-    def __init__(self, conn: Any, calls: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, conn: Any, calls: dict[str, str] | None = None, held: Collection[str] = ()
+    ) -> None:
         self.savepoints = list(conn.savepoint_ids)
+        # Runs whose lock the transaction took before the block (`batch(held=...)`).
+        self.held = frozenset(held)
         self.heads: dict[str, dict[str, Any] | None] = {}
         self.last_of_call: dict[str, str] = {}
         self.pending: list[Event] = []
@@ -230,7 +234,7 @@ class _Batch:
         return self.heads[run_id], self.last_of_call.get(tool_call_id, "")
 
     def _lock_one(self, run_id: str, tool_call_id: str) -> None:
-        last, previous = sql.lock_and_read_head(run_id, tool_call_id)
+        last, previous = sql.lock_and_read_head(run_id, tool_call_id, held=run_id in self.held)
         self.heads[run_id] = last
         if tool_call_id:
             self.last_of_call[tool_call_id] = previous
@@ -283,18 +287,20 @@ def _batch_here(conn: Any = connection) -> _Batch | None:
 
 
 @contextmanager
-def batch(calls: dict[str, str] | None = None) -> Iterator[None]:
+def batch(calls: dict[str, str] | None = None, *, held: Collection[str] = ()) -> Iterator[None]:
     """Inside a transaction: the block's events share one chain-head read per run and one
     INSERT, written when the block ends (nested blocks join the outer one). Nothing in the
     block may read the events back from the database before then. `calls` (tool call id ->
     run id) names the calls the block expects to write about: the last events of a run's
-    calls are read together, when the run is locked."""
+    calls are read together, when the run is locked. `held`: runs that the transaction has
+    locked FOR UPDATE already (the approver's decision locks its run with the approval): their
+    chain heads are read without locking them again."""
     if getattr(_local, "batch", None) is not None:
         yield
         return
     if not connection.in_atomic_block:
         raise RuntimeError("a batch of events is written inside a transaction")
-    _local.batch = _Batch(connection, calls)
+    _local.batch = _Batch(connection, calls, held)
     try:
         yield
         _local.batch.flush()

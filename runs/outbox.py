@@ -101,7 +101,11 @@ def publish(message: OutboxMessage, countdown: float = 0, queue: str | None = No
 
 def mark_done(outbox_id: str | None) -> None:
     """Called by a task in its first transaction. Done twice is harmless."""
-    if outbox_id:
+    if not outbox_id:
+        return
+    if connection.vendor == "postgresql":  # written out (runs/sql.py): a task's first statement
+        sql.outbox_mark_done(outbox_id, timezone.now())
+    else:
         OutboxMessage.objects.filter(pk=outbox_id, done_at=None).update(done_at=timezone.now())
 
 

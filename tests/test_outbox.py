@@ -12,8 +12,9 @@ import pytest
 import redis
 from django.conf import settings
 from django.core.management import CommandError, call_command
-from django.db import transaction
+from django.db import connection, transaction
 from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from runs import outbox
@@ -125,3 +126,32 @@ def test_enqueue_writes_the_row_the_orm_writes(db: None) -> None:
     assert [getattr(stored, n) for n in fields] == [getattr(ours, n) for n in fields]
     assert stored.pk.startswith("obx_") and not ours._state.adding
     assert ours.available_at - stored.created_at >= timedelta(seconds=29)
+
+
+def test_marking_done_writes_what_the_orms_update_wrote(
+    db: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """mark_done's hand-written UPDATE (runs/sql.py outbox_mark_done) changes what the ORM's
+    `filter(pk=..., done_at=None).update(done_at=now)` changed, in one statement; a message
+    done already keeps its time."""
+    moment = timezone.now().replace(microsecond=123456)
+    earlier = moment - timedelta(minutes=1)
+    with transaction.atomic():
+        ours, theirs, done = (outbox.enqueue(TASK, n, publish_now=False) for n in "abc")
+    OutboxMessage.objects.filter(pk=done.pk).update(done_at=earlier)
+    before = {m["id"]: m for m in OutboxMessage.objects.values()}
+    monkeypatch.setattr(outbox.timezone, "now", lambda: moment)
+
+    with CaptureQueriesContext(connection) as queries:
+        outbox.mark_done(ours.pk)
+        outbox.mark_done(done.pk)
+    OutboxMessage.objects.filter(pk=theirs.pk, done_at=None).update(done_at=moment)
+
+    after = {m["id"]: m for m in OutboxMessage.objects.values()}
+
+    def changed(pk: str) -> dict:
+        return {k: v for k, v in after[pk].items() if before[pk][k] != v}
+
+    assert len(queries) == 2
+    assert changed(ours.pk) == changed(theirs.pk) == {"done_at": moment}
+    assert changed(done.pk) == {}

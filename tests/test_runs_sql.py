@@ -47,6 +47,7 @@ def _written(
     batched: bool,
     monkeypatch: pytest.MonkeyPatch,
     calls: dict[str, str] | None = None,
+    held: bool = False,
 ) -> list[dict[str, Any]]:
     """The rows the scenario writes after the run's existing events, then rolled back; with
     the same ids and clock each time, so that two ways of writing can be compared."""
@@ -57,8 +58,10 @@ def _written(
     monkeypatch.setattr(events.timezone, "now", lambda: MOMENT)
     before = Event.objects.filter(run=run).count()
     with transaction.atomic():
+        if held:  # as the approver's decision locks its run, before its batch
+            list(Run.objects.select_for_update().filter(pk=run.pk))
         if batched:
-            with events.batch(calls):
+            with events.batch(calls, held=[run.pk] if held else ()):
                 _scenario(run)
         else:
             _scenario(run)
@@ -94,6 +97,23 @@ def test_a_batch_told_its_calls_finds_their_last_events_as_single_appends_do(
     assert told == single
     assert all(row["causation_id"] for row in told if row["tool_call_id"])
     assert sum("DISTINCT ON (tool_call_id)" in q["sql"] for q in queries) == 1
+
+
+def test_a_batch_of_a_run_locked_already_reads_its_head_without_locking_it_again(
+    run: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with transaction.atomic():
+        _scenario(run)  # a chain head to read
+    single = _written(run, batched=False, monkeypatch=monkeypatch)
+
+    with CaptureQueriesContext(connection) as queries:
+        held = _written(run, batched=True, monkeypatch=monkeypatch, held=True)
+
+    assert held == single
+    # The caller's lock only; the head read, the second call's last event, one INSERT.
+    locks = [q["sql"] for q in queries if "FOR UPDATE" in q["sql"]]
+    assert len(locks) == 1
+    assert sum(q["sql"].startswith("SELECT id, seq, hash") for q in queries) == 1
 
 
 def test_the_batch_is_a_valid_continuation_of_the_chain(run: Run) -> None:

@@ -5,6 +5,7 @@ ORM locks did (issue 12: the approve POST's CPU)."""
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
 from typing import Any
 
@@ -97,7 +98,8 @@ def test_the_lock_loads_what_the_two_orm_locks_loaded(waiting: Approval) -> None
     orm_call = ToolCall.objects.select_related("run", "tenant").get(pk=waiting.tool_call_id)
 
     with transaction.atomic(), CaptureQueriesContext(connection) as queries:
-        approval, call = sql.lock_for_decision(tenant_id=waiting.tenant_id, approval_id=waiting.pk)
+        locked = sql.lock_for_decision(tenant_id=waiting.tenant_id, approval_id=waiting.pk)
+        approval, call = locked.approval, locked.call
         related = (approval.policy.pk, approval.run.pk, call.run.state, call.tenant.slug)
 
     assert len(queries) == 1
@@ -112,6 +114,31 @@ def test_the_lock_loads_what_the_two_orm_locks_loaded(waiting: Approval) -> None
     assert related == (orm.policy_id, orm.run_id, orm_call.run.state, "acme")
     assert approval.changed_fields() == ["updated_at"]
     assert call.changed_fields() == ["updated_at"]
+    assert locked.decided_wanted is False  # the tenant has no webhook
+
+
+def _lock_wants(tenant: Tenant, approval: Approval) -> bool:
+    with transaction.atomic():
+        return sql.lock_for_decision(tenant_id=tenant.pk, approval_id=approval.pk).decided_wanted
+
+
+def test_the_lock_answers_whether_a_receiver_wants_the_decision_as_the_orm(
+    tenant: Tenant, other_tenant: Tenant, waiting: Approval
+) -> None:
+    """In the lock's statement, as `receivers_want` and the ORM answer: not a chat channel, an
+    inactive hook, another tenant's, nor one of other events."""
+    url = "https://hooks.example"
+    Webhook.objects.create(tenant=other_tenant, url=url, event_types=["approval.decided"])
+    Webhook.objects.create(tenant=tenant, url=url, event_types=["tool_call.terminal"])
+    Webhook.objects.create(
+        tenant=tenant, url=url, kind=Webhook.Kind.SLACK, event_types=["approval.decided"]
+    )
+    off = Webhook.objects.create(
+        tenant=tenant, url=url, active=False, event_types=["approval.decided"]
+    )
+    assert _lock_wants(tenant, waiting) is _wants(tenant) is _orm_wants(tenant) is False
+    Webhook.objects.filter(pk=off.pk).update(active=True)
+    assert _lock_wants(tenant, waiting) is _wants(tenant) is _orm_wants(tenant) is True
 
 
 def test_the_lock_finds_no_approval_of_another_tenant(waiting: Approval) -> None:
@@ -134,7 +161,7 @@ def _can_lock(table: str, row_id: str, strength: str) -> bool:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_lock_holds_the_approval_for_update_and_the_call_for_no_key_update(
+def test_the_lock_holds_the_approval_and_the_run_for_update_and_the_call_for_no_key_update(
     waiting: Approval,
 ) -> None:
     with transaction.atomic():
@@ -143,7 +170,62 @@ def test_the_lock_holds_the_approval_for_update_and_the_call_for_no_key_update(
         assert not _can_lock("toolcalls_toolcall", waiting.tool_call_id, "NO KEY UPDATE")
         # A row that only refers to the call (an attempt, a dependency) is not held up.
         assert _can_lock("toolcalls_toolcall", waiting.tool_call_id, "KEY SHARE")
+        # As the events' lock holds it (runs/sql.py lock_and_read_head).
+        assert not _can_lock("runs_run", waiting.run_id, "KEY SHARE")
     assert _can_lock("approvals_approval", waiting.pk, "UPDATE")
+    assert _can_lock("runs_run", waiting.run_id, "UPDATE")
+
+
+def _connect() -> psycopg.Connection:
+    db = connection.settings_dict
+    return psycopg.connect(host=db["HOST"], port=db["PORT"], user=db["USER"], dbname=db["NAME"])
+
+
+def _waits_for_lock(watcher: psycopg.Connection, pid: int) -> bool:
+    """Whether the backend `pid` waits for a lock, polled until it does (or for a minute)."""
+    query = "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE pid = %s AND NOT granted)"
+    for _ in range(600):
+        if watcher.execute(query, [pid]).fetchone()[0]:
+            return True
+        threading.Event().wait(0.1)
+    return False
+
+
+def _locks_while(waiting: Approval, held: tuple[str, str]) -> dict[str, bool]:
+    """While another transaction holds `held` (table, id) FOR UPDATE and the decision's lock
+    statement waits for it: which of the decision's rows that statement holds already."""
+    rows = {
+        "approval": ("approvals_approval", waiting.pk, "KEY SHARE"),
+        "call": ("toolcalls_toolcall", waiting.tool_call_id, "NO KEY UPDATE"),
+        "run": ("runs_run", waiting.run_id, "KEY SHARE"),
+    }
+    params = [*sql._DECIDED_RECEIVERS, waiting.tenant_id, waiting.pk]
+    with _connect() as holder, _connect() as locker, _connect() as watcher:
+        holder.execute(f"SELECT 1 FROM {held[0]} WHERE id = %s FOR UPDATE", [held[1]])
+        statement = threading.Thread(target=locker.execute, args=(sql._DECISION_LOCK, params))
+        statement.start()
+        assert _waits_for_lock(watcher, locker.info.backend_pid)
+        taken = {name: not _can_lock(*row) for name, row in rows.items() if row[:2] != held}
+        holder.commit()
+        statement.join()
+        locker.commit()
+    return taken
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_lock_takes_the_approval_then_the_call_then_the_run(waiting: Approval) -> None:
+    """The order the decision took them in before the run's lock joined the statement (the
+    events' lock came after the call's): waiting for the run, it holds the other two; for the
+    call, the approval only; for the approval, neither."""
+    assert _locks_while(waiting, ("runs_run", waiting.run_id)) == {"approval": True, "call": True}
+    assert _locks_while(waiting, ("toolcalls_toolcall", waiting.tool_call_id)) == {
+        "approval": True,
+        "run": False,
+    }
+    assert _locks_while(waiting, ("approvals_approval", waiting.pk)) == {
+        "call": False,
+        "run": False,
+    }
 
 
 # --- the claim of an approved call ----------------------------------------------------------

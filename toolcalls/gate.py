@@ -186,12 +186,19 @@ def approvals_invalidate_for_object(*, call: ToolCall, object_ref: str, actor: s
 
 
 def tool_call_follow_approval(
-    *, approval: Approval, call: ToolCall, actor: str, producer: str, reason: str = ""
+    *,
+    approval: Approval,
+    call: ToolCall,
+    actor: str,
+    producer: str,
+    reason: str = "",
+    decided_wanted: bool | None = None,
 ) -> None:
     """The one way an approval's state reaches its tool call (both locked, in a transaction):
     approved → authorized; rejected → rejected; expired → expired (or invalidated when it
     was authorized and not yet sent), then the policy's fallback for the run. Still pending
-    (1 of 2 approvers so far): nothing changes."""
+    (1 of 2 approvers so far): nothing changes. `decided_wanted`: whether a receiver wants
+    the decision, when the caller's lock read it (None: asked here)."""
     if approval.state == Approval.State.APPROVED:
         tool_call_authorize(
             call=call,
@@ -200,10 +207,10 @@ def tool_call_follow_approval(
             reason=reason or f"approved ({approval.pk})",
             task=DISPATCH_APPROVED_TASK,
         )
-        webhooks.approval_decided(approval, call)
+        webhooks.approval_decided(approval, call, wanted=decided_wanted)
     elif approval.state == Approval.State.REJECTED:
         tool_call_transition(call, "reject", actor=actor, producer=producer, reason=reason)
-        webhooks.approval_decided(approval, call)
+        webhooks.approval_decided(approval, call, wanted=decided_wanted)
     elif approval.state == Approval.State.EXPIRED:
         if call.execution_status == E.AUTHORIZED:
             tool_call_transition(
@@ -235,12 +242,13 @@ def tool_call_follow_approval(
 # --- people's commands ----------------------------------------------------------------------
 
 
-def _lock_both(tenant: Tenant, approval_id: str) -> tuple[Approval, ToolCall]:
-    # One statement (toolcalls/sql.py): the approver waits for this transaction.
+def _lock_both(tenant: Tenant, approval_id: str) -> sql_decision.DecisionLock:
+    # One statement (toolcalls/sql_decision.py) locks the approval, its call and its run, and
+    # asks whether a receiver wants the decision: the approver waits for this transaction.
     locked = sql_decision.lock_for_decision(tenant_id=tenant.pk, approval_id=approval_id)
     if locked is None:
         raise not_found("approval", approval_id)
-    bind_log_ids(locked[1])
+    bind_log_ids(locked.call)
     return locked
 
 
@@ -311,16 +319,22 @@ def _approve(
     seen_summary_hash: str,
     reason: str = "",
 ) -> Approval:
-    approval, call = _lock_both(tenant, approval_id)
+    locked = _lock_both(tenant, approval_id)
+    approval, call = locked.approval, locked.call
     approvals.approval_check_decision(
         approval=approval, user=user, seen_version=seen_version, seen_summary_hash=seen_summary_hash
     )
     # The decision's four events (decision, approved, authorized, run resumed) share one read
-    # of the run's chain head and one INSERT: the approver waits for this transaction.
-    with events.batch():
+    # of the run's chain head and one INSERT: the approver waits for this transaction. The
+    # run's lock was taken with the approval's (_lock_both): the read does not take it again.
+    with events.batch(held=[call.run_id]):
         approvals.approval_approve(approval=approval, user=user, reason=reason)
         tool_call_follow_approval(
-            approval=approval, call=call, actor=actor_for_user(user), producer="console"
+            approval=approval,
+            call=call,
+            actor=actor_for_user(user),
+            producer="console",
+            decided_wanted=locked.decided_wanted,
         )
     return approval
 
@@ -335,11 +349,12 @@ def tool_call_reject(
     seen_summary_hash: str,
     reason: str,
 ) -> Approval:
-    approval, call = _lock_both(tenant, approval_id)
+    locked = _lock_both(tenant, approval_id)
+    approval, call = locked.approval, locked.call
     approvals.approval_check_decision(
         approval=approval, user=user, seen_version=seen_version, seen_summary_hash=seen_summary_hash
     )
-    with events.batch():
+    with events.batch(held=[call.run_id]):  # locked with the approval (_lock_both)
         approvals.approval_reject(approval=approval, user=user, reason=reason)
         tool_call_follow_approval(
             approval=approval,
@@ -347,6 +362,7 @@ def tool_call_reject(
             actor=actor_for_user(user),
             producer="console",
             reason=reason,
+            decided_wanted=locked.decided_wanted,
         )
     return approval
 
@@ -384,18 +400,20 @@ def tool_call_approve_with_edits(
     if not diff:
         return _approve(tenant=tenant, approval_id=approval_id, user=user, reason=reason, **seen)
     with transaction.atomic():
-        approval, call = _lock_both(tenant, approval_id)
+        locked = _lock_both(tenant, approval_id)
+        approval, call = locked.approval, locked.call
         approvals.approval_check_decision(approval=approval, user=user, **seen)
         approvals.approval_record_edit(approval=approval, user=user, reason=reason, diff=diff)
         _replace_args(call, new_args, diff, actor=actor_for_user(user), by=user.username)
-        return _ask_again_after_edit(approval, call, capability, user, reason, diff)
+        return _ask_again_after_edit(locked, capability, user, reason, diff)
 
 
 def _ask_again_after_edit(
-    approval: Approval, call: ToolCall, capability: Capability, user: User, reason: str, diff: dict
+    locked: sql_decision.DecisionLock, capability: Capability, user: User, reason: str, diff: dict
 ) -> Approval:
     """The policy judges the edited arguments: no approver needed → authorized; otherwise a
     new approval, which the editor has approved by writing the edit."""
+    approval, call, wanted = locked.approval, locked.call, locked.decided_wanted
     actor = actor_for_user(user)
     needed = requirement_for(call, capability)
     if needed.approvers == 0:
@@ -406,7 +424,7 @@ def _ask_again_after_edit(
             reason="edited arguments need no approval",
             task=DISPATCH_APPROVED_TASK,
         )
-        webhooks.approval_decided(approval, call)
+        webhooks.approval_decided(approval, call, wanted=wanted)
         lifecycle.run_resume_if_unblocked(run_id=call.run_id, actor=actor, producer="console")
         return approval
     replacement = tool_call_hold_for_approval(
@@ -426,7 +444,9 @@ def _ask_again_after_edit(
         diff=diff,
     )
     approvals.approval_approve_if_quorum(approval=replacement, actor=actor)
-    tool_call_follow_approval(approval=replacement, call=call, actor=actor, producer="console")
+    tool_call_follow_approval(
+        approval=replacement, call=call, actor=actor, producer="console", decided_wanted=wanted
+    )
     return replacement
 
 
@@ -461,7 +481,8 @@ def approvals_expire_due(*, limit: int = 500) -> int:
     expired = 0
     for approval_id, tenant_id in due:
         with transaction.atomic():
-            approval, call = _lock_both(Tenant(pk=tenant_id), approval_id)
+            locked = _lock_both(Tenant(pk=tenant_id), approval_id)
+            approval, call = locked.approval, locked.call
             if not approval.is_open or approval.expires_at > timezone.now():
                 continue
             actor = "system:expiry"

@@ -23,19 +23,25 @@ from toolcalls.sql import (
     _columns,
     _row,
     lock_call,
+    receivers_want,
 )
+from toolcalls.webhook_models import Webhook
 
 # --- an approver's decision -----------------------------------------------------------------
 # The approve POST read the approval with its tenant, run and call before the business check,
 # then locked the approval (with its run, call and policy) and the call (with its run and
 # tenant) with two more queries: compiling the three ORM queries was a third of the POST's CPU
-# (bench_approve --profile). Written out here: the read, and both locks in one statement —
+# (bench_approve --profile). Written out here: the read, and the locks in one statement —
 # the approval's row FOR UPDATE, then the call's FOR NO KEY UPDATE (as tool_call_lock: a row
-# that only refers to the call is not held up), in the order the two queries took them.
-# The run, tenant and policy are read, not locked (as before): a statement that waited for a
-# lock sees their rows as of its start, and the decision uses only what never changes of them
-# (ids, the correlation id; a policy version is never edited); the run is locked afresh to
-# resume it.
+# that only refers to the call is not held up), in the order the two queries took them, then
+# the run's FOR UPDATE (as the events' lock takes it). Every decision appends events, which
+# locked the run in a statement of their own after the call (runs/sql.py lock_and_read_head):
+# the order is unchanged, and the decision's event batch now only reads the chain head
+# (`events.batch(held=...)`), in a statement that starts after this lock was granted. A
+# locked row is loaded as it is once its lock is granted, so the run is current. The tenant
+# and policy are read, not locked (as before): a statement that waited for a lock sees their
+# rows as of its start, and the decision uses only what never changes of them (ids; a policy
+# version is never edited).
 # tests/test_toolcalls_sql_decision.py proves they answer what the ORM's queries answered.
 _APPROVAL = Approval._meta.concrete_fields
 _POLICY = Policy._meta.concrete_fields
@@ -56,14 +62,29 @@ _DECISION_READ = (
     " JOIN toolcalls_toolcall c ON c.id = a.tool_call_id WHERE a.tenant_id = %s AND a.id = %s"
 )
 
+# With the locks, whether a receiver wants the decision (webhooks.approval_decided: an active
+# webhook of the tenant, not a chat channel, listing `approval.decided`), which the decision's
+# transaction asked in a statement of its own (toolcalls/sql.py, receivers_want: one round trip
+# more on the approver's clock). Read in a statement that may wait for the approval's lock, the
+# webhooks are read as they were when it started, before the wait: no decision changes a
+# webhook (only the console's webhook pages do, in their own transactions), so what the
+# previous holder of the lock committed is not missed; a webhook switched on during the wait
+# is one switched on after this decision, as it would be a moment later.
 _DECISION_LOCK = (
     f"SELECT {_columns('a', _APPROVAL)}, {_columns('p', _POLICY)}, {_columns('c', _CALL)},"
-    f" {_columns('r', _RUN)}, {_columns('t', _TENANT)} FROM approvals_approval a"
+    f" {_columns('r', _RUN)}, {_columns('t', _TENANT)},"
+    " EXISTS (SELECT 1 FROM toolcalls_webhook w WHERE w.tenant_id = a.tenant_id AND w.active"
+    " AND w.kind <> %s AND w.event_types @> %s::jsonb) FROM approvals_approval a"
     " JOIN approvals_policy p ON p.id = a.policy_id"
     " JOIN toolcalls_toolcall c ON c.id = a.tool_call_id JOIN runs_run r ON r.id = c.run_id"
     " JOIN runs_tenant t ON t.id = c.tenant_id WHERE a.tenant_id = %s AND a.id = %s"
-    " FOR UPDATE OF a FOR NO KEY UPDATE OF c"
+    " FOR UPDATE OF a FOR NO KEY UPDATE OF c FOR UPDATE OF r"
 )
+# The parameters of its EXISTS: chat channels get no approval.decided (no message).
+_DECIDED_RECEIVERS = [
+    str(Webhook.Kind.SLACK),
+    json.dumps([str(Webhook.EventType.APPROVAL_DECIDED)]),
+]
 
 
 def _split(row: tuple, *widths: int) -> list[tuple]:
@@ -124,10 +145,19 @@ def _decision_read_orm(tenant_id: int, approval_id: str) -> DecisionRead | None:
     )
 
 
-def lock_for_decision(*, tenant_id: int, approval_id: str) -> tuple[Approval, ToolCall] | None:
-    """The tenant's approval and its call, both rows locked, in one statement; None when there
-    is no such approval. The approval's policy, run, tenant and call are loaded with it: its
-    call is the locked call object, and its run and tenant are the call's (the same rows)."""
+@dataclass(frozen=True)
+class DecisionLock:
+    approval: Approval  # with its policy, run, tenant, and `call` as its call
+    call: ToolCall  # with its run and tenant
+    # Whether a receiver wants `approval.decided` (sql.receivers_want's answer for the tenant).
+    decided_wanted: bool
+
+
+def lock_for_decision(*, tenant_id: int, approval_id: str) -> DecisionLock | None:
+    """The tenant's approval, its call and its run, the three rows locked, and whether a
+    receiver wants the decision, in one statement; None when there is no such approval. The
+    approval's policy, run, tenant and call are loaded with it: its call is the locked call
+    object, and its run and tenant are the call's (the same rows)."""
     if not connection.features.has_select_for_update:
         approval = (
             Approval.objects.select_for_update(of=("self",))
@@ -135,13 +165,16 @@ def lock_for_decision(*, tenant_id: int, approval_id: str) -> tuple[Approval, To
             .filter(tenant_id=tenant_id, pk=approval_id)
             .first()
         )
-        return None if approval is None else (approval, lock_call(approval.tool_call_id))
+        if approval is None:
+            return None
+        call = lock_call(approval.tool_call_id)
+        return DecisionLock(approval, call, _decided_wanted(tenant_id))
     with connection.cursor() as cursor:
-        cursor.execute(_DECISION_LOCK, [tenant_id, approval_id])
+        cursor.execute(_DECISION_LOCK, [*_DECIDED_RECEIVERS, tenant_id, approval_id])
         row = cursor.fetchone()
     if row is None:
         return None
-    a, p, rest = _split(row, len(_APPROVAL), len(_POLICY), len(row))
+    a, p, rest = _split(row, len(_APPROVAL), len(_POLICY), len(_CALL) + len(_RUN) + len(_TENANT))
     approval = _row(Approval, a)
     call = _call_of(rest)
     Approval.policy.field.set_cached_value(approval, _row(Policy, p))
@@ -150,7 +183,15 @@ def lock_for_decision(*, tenant_id: int, approval_id: str) -> tuple[Approval, To
         Approval.run.field.set_cached_value(approval, call.run)
     if approval.tenant_id == call.tenant_id:
         Approval.tenant.field.set_cached_value(approval, call.tenant)
-    return approval, call
+    return DecisionLock(approval, call, row[-1])
+
+
+def _decided_wanted(tenant_id: int) -> bool:
+    return receivers_want(
+        tenant_id=tenant_id,
+        event_type=Webhook.EventType.APPROVAL_DECIDED,
+        except_kind=Webhook.Kind.SLACK,
+    )
 
 
 # --- the claim of an approved call ------------------------------------------------------------

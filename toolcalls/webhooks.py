@@ -163,17 +163,19 @@ def tool_call_terminal(call: Any, *, event_id: str) -> None:
     )
 
 
-def approval_decided(approval: Any, call: Any) -> None:
+def approval_decided(approval: Any, call: Any, *, wanted: bool | None = None) -> None:
     """People approved or rejected `approval` (or an approver's edit needs nobody else), in
     the decision's transaction. Only the fact is written here, as one outbox message when a
     receiver wants it: the call's envelope and the deliveries are built by a task
     (`approval_decided_fan_out`), off the approver's request, which they made 5 queries
-    longer (bench_approve)."""
-    wanted = sql.receivers_want(
-        tenant_id=call.tenant_id,
-        event_type=Webhook.EventType.APPROVAL_DECIDED,
-        except_kind=Webhook.Kind.SLACK,  # chat channels get no approval.decided (no message)
-    )
+    longer (bench_approve). `wanted`: whether a receiver wants it, when the caller read that
+    with its lock (toolcalls/sql_decision.py, lock_for_decision); None: asked here."""
+    if wanted is None:
+        wanted = sql.receivers_want(
+            tenant_id=call.tenant_id,
+            event_type=Webhook.EventType.APPROVAL_DECIDED,
+            except_kind=Webhook.Kind.SLACK,  # chat channels get no approval.decided (no message)
+        )
     if wanted:
         outbox.enqueue(DECIDED_TASK, approval.pk)
 

@@ -21,16 +21,16 @@ from toolcalls.models import Webhook
 
 # The session, its user with their tenant (2, runs/backends.py); the approval with the business
 # check's read of the object's other calls, before any lock, in one statement (1:
-# toolcalls/sql_decision.py, decision_read; two queries before); SAVEPOINT, the approval and the
-# call locked in one statement (2: lock_for_decision; two queries before); the decisions so far
-# with the new one's INSERT (1: approvals/sql.py record_decision; two before); the run locked and
-# its chain head (2); the approval's and the call's UPDATE, the dispatch's outbox message (3);
-# whether a webhook wants the decision (1); the run locked with "any approval still pending?" (1:
-# the run's lock is held already, taken for the events: toolcalls/sql_decision.py
-# held_run_and_pending; two queries before), the run's UPDATE (1); the four events in one INSERT
-# (1); the decision counted in the approval latency counts, a projection the dashboard reads (1);
-# RELEASE SAVEPOINT (1).
-APPROVE_QUERIES = 17
+# toolcalls/sql_decision.py, decision_read; two queries before); SAVEPOINT, the approval, the
+# call and the run locked with whether a webhook wants the decision, in one statement (2:
+# lock_for_decision; four queries before); the decisions so far with the new one's INSERT (1:
+# approvals/sql.py record_decision; two before); the run's chain head (1: its lock is held, so
+# the events' batch only reads it; two before); the approval's and the call's UPDATE, the
+# dispatch's outbox message (3); the run (locked already) with "any approval still pending?"
+# (1: toolcalls/sql_decision.py held_run_and_pending; two queries before), the run's UPDATE
+# (1); the four events in one INSERT (1); the decision counted in the approval latency counts,
+# a projection the dashboard reads (1); RELEASE SAVEPOINT (1).
+APPROVE_QUERIES = 15
 
 
 def click(client: Client, approval: Approval, action: str, **fields: Any) -> int:
@@ -79,13 +79,13 @@ def test_the_first_of_two_approvers_costs_fewer(run: Run, sandbox: Sandbox, appr
     call = propose_in(run, {**BIG_REFUND, "amount_cents": 120_000})
     approval = Approval.objects.get(tool_call=call)
     # No approval, authorization nor resume: the decision, its event and the version saved.
-    assert click(logged_in(approver), approval, "approve") == 11
+    assert click(logged_in(approver), approval, "approve") == 10
     approval.refresh_from_db()
     assert (approval.state, approval.version, approval.approvals_so_far) == ("pending", 2, 1)
 
 
 def test_a_reject_costs_its_fixed_queries(waiting: Approval, approver: User) -> None:
     # As an approve that reaches quorum, less the authorization's writes.
-    assert click(logged_in(approver), waiting, "reject", reason="not eligible") == 16
+    assert click(logged_in(approver), waiting, "reject", reason="not eligible") == 14
     waiting.refresh_from_db()
     assert waiting.state == "rejected"
