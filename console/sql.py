@@ -1,10 +1,11 @@
 """The console's hand-written SQL: the dashboard's panels and figures, read on every dashboard
-request, every 5 seconds while one is open, and on every /metrics scrape. The ORM's compiling
+request, every 5 seconds while one is open, and on every /metrics scrape; and the desk's rows,
+read every 5 seconds while the desk is open. The ORM's compiling
 of the same grouped queries (filtered counts per bucket, an hour truncation, a subquery per
 stale answer) cost more of this process's CPU than PostgreSQL spent answering them
 (`bench_pages --profile dashboard`). PostgreSQL only: on another database the ORM's queries
-answer (console/dashboard.py, console/metrics.py); tests/test_console_sql.py and the /metrics
-tests check each answer against the ORM's."""
+answer (console/dashboard.py, console/metrics.py, console/desk.py); tests/test_console_sql.py,
+tests/test_desk_sql.py and the /metrics tests check each answer against the ORM's."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from datetime import datetime
 from django.db import connection
 
 from approvals.models import Approval, ApprovalLatency
-from runs.models import Event, Run, Tenant
+from runs.models import Event, Run, Tenant, User
 from toolcalls.models import DESK_STATUSES, CircuitBreaker, E, Receipt, ToolCall
 
 _APPROVAL = Approval._meta.db_table
@@ -136,3 +137,60 @@ def metric_rows(
             breakers=read(_BREAKERS.format(scope=where), scoped),
             latency=read(_LATENCY.format(scope=where), scoped),
         )
+
+
+# --- the unknowns desk (console/desk.py `desk_items`) -----------------------------------------
+
+# The stuck calls' filter as desk._stuck_calls writes it (the IN names the toolcall_desk
+# partial index; "not dispatching or lease expired" rather than "unknown", see there).
+_STUCK = (
+    "{c}.execution_status IN ({desk}) AND {c}.tenant_id = %s"
+    " AND (NOT ({c}.execution_status = %s) OR {c}.lease_expires_at < %s)"
+)
+_DESK_CALLS = (
+    "SELECT CASE WHEN c.execution_status = %s THEN %s ELSE c.execution_status END,"
+    " c.status_since, c.run_id, r.title, c.id, c.capability_id, c.execution_status,"
+    " c.last_error_name, c.desk_owner_id, u.username"
+    f" FROM {_CALL} c JOIN {Run._meta.db_table} r ON r.id = c.run_id"
+    f" LEFT JOIN {User._meta.db_table} u ON u.id = c.desk_owner_id"
+    " WHERE {stuck} ORDER BY c.status_since, c.id LIMIT %s"
+)
+# Runs handed to a person with none of their calls on the desk, with the time of their last
+# run.needs_human event (NULL when they have none: ordered last, as the ORM orders NULLs).
+_DESK_RUNS = (
+    f"SELECT r.id, r.title, (SELECT e.occurred_at FROM {_EVENT} e"
+    " WHERE e.event_type = %s AND e.run_id = r.id ORDER BY e.seq DESC LIMIT 1) AS human_since"
+    f" FROM {Run._meta.db_table} r WHERE r.state = %s AND r.tenant_id = %s"
+    f" AND NOT EXISTS (SELECT 1 FROM {_CALL} c WHERE {{stuck}} AND c.run_id = r.id)"
+    " ORDER BY human_since LIMIT %s"
+)
+
+
+def _stuck(tenant_id: int, now: datetime) -> tuple[str, list]:
+    desk = ", ".join(["%s"] * len(DESK_STATUSES))
+    return _STUCK.format(c="c", desk=desk), [*DESK_STATUSES, tenant_id, E.DISPATCHING, now]
+
+
+def desk_calls(*, tenant_id: int, now: datetime, limit: int) -> list[tuple]:
+    """The `limit` calls waiting longest on the desk as desk.desk_calls_orm reads them: (kind,
+    status_since, run id, run title, id, capability, status, last error, owner id, owner's
+    username), in the toolcall_desk index's order."""
+    stuck, params = _stuck(tenant_id, now)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _DESK_CALLS.format(stuck=stuck),
+            [E.DISPATCHING, "lease_expired", *params, limit],
+        )
+        return cursor.fetchall()
+
+
+def desk_runs(*, tenant_id: int, now: datetime, limit: int) -> list[tuple]:
+    """(id, title, time of the last run.needs_human event or None) of the `limit` runs needing
+    a person that wait longest, as desk.desk_runs_orm reads them."""
+    stuck, params = _stuck(tenant_id, now)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _DESK_RUNS.format(stuck=stuck),
+            ["run.needs_human", Run.State.NEEDS_HUMAN, tenant_id, *params, limit],
+        )
+        return cursor.fetchall()
