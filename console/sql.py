@@ -166,6 +166,13 @@ _DESK_RUNS = (
 )
 
 
+_DESK_BY_CAPABILITY = f"SELECT c.capability_id, count(*) FROM {_CALL} c WHERE {{stuck}} GROUP BY 1"
+_DESK_RUNS_COUNT = (
+    f"SELECT count(*) FROM {Run._meta.db_table} r WHERE r.state = %s AND r.tenant_id = %s"
+    f" AND NOT EXISTS (SELECT 1 FROM {_CALL} c WHERE {{stuck}} AND c.run_id = r.id)"
+)
+
+
 def _stuck(tenant_id: int, now: datetime) -> tuple[str, list]:
     desk = ", ".join(["%s"] * len(DESK_STATUSES))
     return _STUCK.format(c="c", desk=desk), [*DESK_STATUSES, tenant_id, E.DISPATCHING, now]
@@ -194,3 +201,23 @@ def desk_runs(*, tenant_id: int, now: datetime, limit: int) -> list[tuple]:
             ["run.needs_human", Run.State.NEEDS_HUMAN, tenant_id, *params, limit],
         )
         return cursor.fetchall()
+
+
+def desk_calls_by_capability(*, tenant_id: int, now: datetime) -> list[tuple[str, int]]:
+    """(capability, how many of its calls are on the desk), as
+    desk.desk_calls_by_capability_orm reads them: from the toolcall_desk index alone."""
+    stuck, params = _stuck(tenant_id, now)
+    with connection.cursor() as cursor:
+        cursor.execute(_DESK_BY_CAPABILITY.format(stuck=stuck), params)
+        return cursor.fetchall()
+
+
+def desk_runs_count(*, tenant_id: int, now: datetime) -> int:
+    """How many runs need a person with none of their calls on the desk (desk_runs' rows,
+    all of them counted)."""
+    stuck, params = _stuck(tenant_id, now)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _DESK_RUNS_COUNT.format(stuck=stuck), [Run.State.NEEDS_HUMAN, tenant_id, *params]
+        )
+        return cursor.fetchone()[0]

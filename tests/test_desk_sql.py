@@ -1,6 +1,6 @@
 """The desk's rows read by console/sql.py are exactly what the ORM reads (console/desk.py
 `desk_calls_orm`, `desk_runs_orm`): the same stuck calls in the same order, with their runs and
-owners, the same runs needing a person, and nothing of another tenant."""
+owners, the same runs needing a person, the same counts, and nothing of another tenant."""
 
 from __future__ import annotations
 
@@ -21,11 +21,11 @@ pytestmark = pytest.mark.skipif(
 
 
 def _call(run: Run, name: str, status: str, since: datetime, **fields) -> ToolCall:
+    fields.setdefault("capability_id", "refund-order-v2")
     return ToolCall(
         id=f"tc_{name}",
         tenant_id=run.tenant_id,
         run=run,
-        capability_id="refund-order-v2",
         intent=name,
         object_ref="order:order-001",
         args={},
@@ -57,7 +57,7 @@ def test_the_desk_reads_what_the_orm_reads(
         [
             _call(run, "a", E.RESULT_UNKNOWN, now - 3 * hour, last_error_name="tool.timeout"),
             # Two at the same moment: by id, as the index orders them.
-            _call(run, "c", E.NEEDS_HUMAN, now - 2 * hour, desk_owner=bob),
+            _call(run, "c", E.NEEDS_HUMAN, now - 2 * hour, desk_owner=bob, capability_id="x-v1"),
             _call(run, "b", E.RESULT_UNKNOWN, now - 2 * hour, desk_owner=admin_user),
             _call(run, "d", E.DISPATCHING, now - 4 * hour, lease_expires_at=now - hour),
             # Its worker still holds the lease, it is settled, or it is another tenant's.
@@ -106,10 +106,16 @@ def test_the_desk_reads_what_the_orm_reads(
     ]
     assert runs[0][2] is not None and runs[1][2] is None
 
+    by_capability = sql.desk_calls_by_capability(tenant_id=tenant.pk, now=now)
+    assert sorted(by_capability) == sorted(
+        desk.desk_calls_by_capability_orm(tenant=tenant, now=now)
+    )
+    assert sorted(by_capability) == [("refund-order-v2", 3), ("x-v1", 1)]
+    counted = sql.desk_runs_count(tenant_id=tenant.pk, now=now)
+    assert counted == desk._runs_needing_a_person(tenant, now).count() == 2
 
-def test_the_desk_lists_calls_then_runs_by_how_long_they_waited(
-    tenant: Tenant, run: Run
-) -> None:
+
+def test_the_desk_lists_calls_then_runs_by_how_long_they_waited(tenant: Tenant, run: Run) -> None:
     now = timezone.now()
     waiting = _handed_to_a_person(tenant, "expired approval")
     silent, _ = run_start(tenant=tenant, title="handed over without an event", actor="t")
