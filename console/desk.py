@@ -10,9 +10,8 @@ from typing import Any, NamedTuple
 
 from django.db import connection
 from django.db.models import Count, Exists, OuterRef, Prefetch, Q, QuerySet, Subquery
-from django.utils import dateformat, timezone
-from django.utils.timesince import timesince
-from django.utils.timezone import localtime
+from django.utils import timezone
+from django.utils.timesince import TIME_STRINGS, timesince
 
 from approvals.models import Approval, ApprovalDecision
 from console import sql
@@ -297,29 +296,59 @@ def desk_rows(items: list[DeskItem], *, user_id: int, csrf_input: str) -> str:
     `{% url %}`s, filters and look-ups per row, a hundred rows) was most of the page's time.
     Writes what templates/toolcalls/desk.html wrote; `csrf_input` is the hidden input
     `{% csrf_token %}` writes."""
-    item_url = url_pattern("desk:item")
-    run_url = url_pattern("runs:detail")
-    resume_url = url_pattern("desk:resume-run")
+    # Escaping replaces character by character: a pattern escaped once, with an escaped id
+    # in it, is the escaped URL.
+    item_url = _h(url_pattern("desk:item"))
+    run_url = _h(url_pattern("runs:detail"))
+    resume_url = _h(url_pattern("desk:resume-run"))
+    zone = timezone.get_current_timezone()
+    units = _dwell_units()
     rows = []
     for item in items:
-        since = localtime(item.since)
-        stamp, dwell = _h(dateformat.format(since, "c")), _h(timesince(since))
-        waiting = f'title="since {stamp}" class="dwell">{dwell}'
+        # What localtime() and the date filter's "c" do, with the time zone read once a page.
+        since = item.since.astimezone(zone)
+        dwell = _h(timesince(since, time_strings=units))
+        waiting = f'title="since {_h(since.isoformat())}" class="dwell">{dwell}'
+        run_id = _h(item.run_id)
         if item.call_id:
-            url = _h(item_url.format(item.call_id))
-            what = _call_cells(item, user_id, url)
+            row_id = _h(item.call_id)
+            url = item_url.format(row_id)
+            what = _call_cells(item, row_id, user_id, url)
             last = f'<a href="{url}">Handoff packet</a>'
         else:
-            what = _RUN_CELLS
-            action = _h(resume_url.format(item.run_id))
+            row_id, what = run_id, _RUN_CELLS
+            action = resume_url.format(run_id)
             last = f'\n          <form method="post" action="{action}">{csrf_input}{_RESUME}'
-        run = f'<a href="{_h(run_url.format(item.run_id))}">{_h(item.run_title)}</a>'
+        run = f'<a href="{run_url.format(run_id)}">{_h(item.run_title)}</a>'
         rows.append(
-            f'<tr id="row-{_h(item.call_id or item.run_id)}">\n        <td data-label="Waiting"'
+            f'<tr id="row-{row_id}">\n        <td data-label="Waiting"'
             f" {waiting}</td>\n        {what}\n        <td>{run}</td>\n"
             f"        <td>{last}</td>\n      </tr>"
         )
     return "\n".join(rows)
+
+
+class _Unit:
+    """One of timesince's units ("%(num)d minute"/"minutes"), translated once a page for each
+    number rather than once a row: its lazy translation was most of timesince's cost."""
+
+    __slots__ = ("lazy", "texts")
+
+    def __init__(self, lazy: Any) -> None:
+        self.lazy = lazy
+        self.texts: dict[int, str] = {}
+
+    def __mod__(self, args: dict[str, int]) -> str:
+        num = args["num"]
+        text = self.texts.get(num)
+        if text is None:
+            text = self.texts[num] = self.lazy % args
+        return text
+
+
+def _dwell_units() -> dict[str, _Unit]:
+    """timesince's `time_strings` for one page (in the language active for it)."""
+    return {name: _Unit(lazy) for name, lazy in TIME_STRINGS.items()}
 
 
 _RESUME = (
@@ -333,7 +362,8 @@ _RUN_CELLS = (
 )
 
 
-def _call_cells(item: DeskItem, user_id: int, url: str) -> str:
+def _call_cells(item: DeskItem, call_id: str, user_id: int, url: str) -> str:
+    """`call_id` and `url` come escaped."""
     owner = ""
     if item.desk_owner_id:
         mine = item.desk_owner_id == user_id
@@ -341,7 +371,7 @@ def _call_cells(item: DeskItem, user_id: int, url: str) -> str:
         owner = f'<br><span class="owner">{who}</span>'
     return (
         f'<td data-label="What"><a href="{url}">{_h(item.capability_id)}</a> <code class="muted">'
-        f'{_h(item.call_id)}</code><br><span class="muted">{_h(item.last_error_name)}</span>'
+        f'{call_id}</code><br><span class="muted">{_h(item.last_error_name)}</span>'
         f"{owner}</td>\n"
         f'          <td data-label="State"><span class="state state-{_h(item.execution_status)}">'
         f"{_h(item.kind)}</span></td>"
