@@ -43,9 +43,10 @@ def test_it_reads_neither_the_other_calls_json_nor_the_receipts_calls(
     assert "via" in content  # the receipts are shown
     receipts = [q["sql"] for q in captured if 'FROM "toolcalls_receipt"' in q["sql"]]
     assert receipts and all('"toolcalls_toolcall"."args"' not in sql for sql in receipts)
-    # The call of the packet is read whole; the run's calls listed beside it are not.
-    calls = [q["sql"] for q in captured if q["sql"].startswith('SELECT "toolcalls_toolcall"')]
-    assert sum('"toolcalls_toolcall"."args"' in sql for sql in calls) == 1
+    # The call of the packet is read whole (by the ORM, or console/sql.py's desk_call, whose
+    # alias for the call is c); the run's calls listed beside it are not.
+    args = ('"toolcalls_toolcall"."args"', 'c."args"')
+    assert sum(any(column in q["sql"] for column in args) for q in captured) == 1
 
 
 def test_it_escapes_what_an_external_system_sent(

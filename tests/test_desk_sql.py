@@ -1,17 +1,20 @@
 """The desk's rows read by console/sql.py are exactly what the ORM reads (console/desk.py
 `desk_calls_orm`, `desk_runs_orm`): the same stuck calls in the same order, with their runs and
-owners, the same runs needing a person, the same counts, and nothing of another tenant."""
+owners, the same runs needing a person, the same counts, and nothing of another tenant; and a
+desk item's call with its run, tenant and decision as select_related reads them."""
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Any
 
 import pytest
 from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from console import desk, sql
-from runs.models import Run, Tenant, User
+from runs.models import Decision, Run, Tenant, User
 from runs.services import run_start, run_transition
 from toolcalls.models import E, ToolCall
 
@@ -22,13 +25,13 @@ pytestmark = pytest.mark.skipif(
 
 def _call(run: Run, name: str, status: str, since: datetime, **fields) -> ToolCall:
     fields.setdefault("capability_id", "refund-order-v2")
+    fields.setdefault("args", {})
     return ToolCall(
         id=f"tc_{name}",
         tenant_id=run.tenant_id,
         run=run,
         intent=name,
         object_ref="order:order-001",
-        args={},
         args_digest="d" * 64,
         idempotency_key=f"key-{name}",
         external_request_id=f"req_{name}",
@@ -137,3 +140,44 @@ def test_the_desk_lists_calls_then_runs_by_how_long_they_waited(tenant: Tenant, 
     ]
     assert items[2].since >= now and items[2].run_title == "handed over without an event"
     assert [item.call_id for item in desk.desk_items(tenant=tenant, limit=1)] == ["tc_old"]
+
+
+def _values(obj: Any) -> dict[str, Any]:
+    return {f.attname: getattr(obj, f.attname) for f in obj._meta.concrete_fields}
+
+
+def _orm(tenant: Tenant, tool_call_id: str) -> ToolCall | None:
+    query = ToolCall.objects.select_related("run", "decision", "tenant")
+    return query.filter(tenant=tenant, pk=tool_call_id).first()
+
+
+def test_a_desk_item_reads_its_call_as_the_orm_reads_it(
+    tenant: Tenant, other_tenant: Tenant, run: Run
+) -> None:
+    now = timezone.now()
+    decision = Decision.objects.create(run=run, kind="refund", content={"why": "late <b>"})
+    ToolCall.objects.bulk_create(
+        [
+            _call(run, "decided", E.RESULT_UNKNOWN, now, decision=decision, args={"a": [1]}),
+            _call(run, "undecided", E.NEEDS_HUMAN, now),
+        ]
+    )
+
+    for name in ("tc_decided", "tc_undecided"):
+        with CaptureQueriesContext(connection) as queries:
+            read = sql.desk_call(tenant_id=tenant.pk, tool_call_id=name)
+            related = (read.run, read.tenant, read.decision)  # no further query
+        orm = _orm(tenant, name)
+        assert len(queries) == 1
+        assert _values(read) == _values(orm)
+        assert _values(related[0]) == _values(orm.run)
+        assert _values(related[1]) == _values(orm.tenant)
+        assert (related[2] and _values(related[2])) == (orm.decision and _values(orm.decision))
+    assert sql.desk_call(tenant_id=tenant.pk, tool_call_id="tc_decided").args == {"a": [1]}
+    assert sql.desk_call(tenant_id=tenant.pk, tool_call_id="tc_decided").decision.content == {
+        "why": "late <b>"
+    }
+    assert sql.desk_call(tenant_id=tenant.pk, tool_call_id="tc_undecided").decision is None
+    # Another tenant's call, and no call at all.
+    assert sql.desk_call(tenant_id=other_tenant.pk, tool_call_id="tc_decided") is None
+    assert sql.desk_call(tenant_id=tenant.pk, tool_call_id="tc_missing") is None
