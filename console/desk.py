@@ -11,6 +11,7 @@ from typing import Any, NamedTuple
 from django.db import connection
 from django.db.models import Count, Exists, OuterRef, Prefetch, Q, QuerySet, Subquery
 from django.utils import timezone
+from django.utils.safestring import SafeString
 from django.utils.timesince import TIME_STRINGS, timesince
 
 from approvals.models import Approval, ApprovalDecision
@@ -214,16 +215,50 @@ def handoff(call: ToolCall) -> dict[str, Any]:
         "unknown": [c for c in calls if c.is_unknown or c.execution_status == E.DISPATCHING],
         "attempts": list(call.attempts.order_by("number")),
         # Each decision with its person in the same query: one query for all of them.
-        "approvals": list(
-            Approval.objects.filter(run=run).prefetch_related(
-                Prefetch("decisions", ApprovalDecision.objects.select_related("user"))
-            )
+        "approval_items": approval_items(
+            sql.desk_approvals(run.pk)
+            if connection.vendor == "postgresql"
+            else desk_approvals_orm(run.pk)
         ),
         "events": events,
         "lookups": [lookup_result(event) for event in events if event.event_type == LOOKED_UP],
         "suggestion": suggestion(call, capability),
         "unresolved": call.is_unknown or call.execution_status == E.DISPATCHING,
     }
+
+
+def desk_approvals_orm(run_id: str) -> list[tuple]:
+    """What sql.desk_approvals reads, through the ORM: a row per decision of each approval of
+    the run (approval id, state, rule, decider's username, decision), NULLs for none."""
+    approvals = (
+        Approval.objects.filter(run_id=run_id)
+        .order_by("expires_at", "id")
+        .prefetch_related(Prefetch("decisions", ApprovalDecision.objects.select_related("user")))
+    )
+    rows = []
+    for approval in approvals:
+        head = (approval.id, approval.state, approval.rule_name)
+        decisions = approval.decisions.all()
+        rows += [(*head, d.user.username, d.decision) for d in decisions] or [(*head, None, None)]
+    return rows
+
+
+def approval_items(rows: list[tuple]) -> SafeString:
+    """The packet's approvals as list items, from desk_approvals' rows: what the template's
+    loop over approvals and their decisions wrote."""
+    url = _h(url_pattern("approvals:detail"))
+    parts, current = [], None
+    for approval_id, state, rule_name, username, decision in rows:
+        if approval_id != current:
+            parts.append("</li>" if current is not None else "")
+            current, shown = approval_id, _h(approval_id)
+            parts.append(
+                f'<li><a href="{url.format(shown)}">{shown}</a> {_h(state)} ({_h(rule_name)})'
+            )
+        if decision is not None:
+            parts.append(f" — {_h(username)} {_h(decision)}")
+    parts.append("</li>" if current is not None else "")
+    return _join(parts)
 
 
 LOOKED_UP = "tool_call.looked_up"

@@ -14,7 +14,7 @@ from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connection, connections
 
-from approvals.models import Approval, ApprovalLatency
+from approvals.models import Approval, ApprovalDecision, ApprovalLatency
 from runs import dbvalues
 from runs.models import Decision, Event, Run, Tenant, User
 from toolcalls.models import DESK_STATUSES, CircuitBreaker, E, Receipt, ToolCall
@@ -263,3 +263,22 @@ def desk_call(*, tenant_id: int, tool_call_id: str) -> ToolCall | None:
     ToolCall.tenant.field.set_cached_value(call, tenant)
     ToolCall.decision.field.set_cached_value(call, decision if call.decision_id else None)
     return call
+
+
+# The run's approvals, each with its decisions and their people (a row per decision; one with
+# NULLs for an approval nobody decided), in the order the packet lists them: one statement
+# where the ORM's prefetch took two and three instances a row.
+_DESK_APPROVALS = (
+    f'SELECT a.id, a.state, a.rule_name, u.username, d.decision FROM "{_APPROVAL}" a'
+    f' LEFT JOIN "{ApprovalDecision._meta.db_table}" d ON d.approval_id = a.id'
+    f' LEFT JOIN "{User._meta.db_table}" u ON u.id = d.user_id'
+    " WHERE a.run_id = %s ORDER BY a.expires_at, a.id, d.created_at, d.id"
+)
+
+
+def desk_approvals(run_id: str) -> list[tuple]:
+    """(approval id, state, rule, decider's username, decision) of the run's approvals, as
+    desk.desk_approvals_orm reads them."""
+    with connection.cursor() as cursor:
+        cursor.execute(_DESK_APPROVALS, [run_id])
+        return cursor.fetchall()
