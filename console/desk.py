@@ -5,14 +5,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from operator import attrgetter
+from typing import Any, NamedTuple
 
+from django.db import connection
 from django.db.models import Count, Exists, OuterRef, Prefetch, Q, QuerySet, Subquery
-from django.utils import dateformat, timezone
-from django.utils.timesince import timesince
-from django.utils.timezone import localtime
+from django.utils import timezone
+from django.utils.safestring import SafeString
+from django.utils.timesince import TIME_STRINGS, timesince
 
 from approvals.models import Approval, ApprovalDecision
+from console import sql
 from console.formatting import escaped as _h
 from console.formatting import html_of as _join
 from console.formatting import url_pattern
@@ -49,25 +52,74 @@ def _runs_needing_a_person(tenant: Tenant, now: datetime) -> QuerySet[Run]:
     )
 
 
-def desk_items(*, tenant: Tenant, limit: int) -> list[dict[str, Any]]:
+class DeskItem(NamedTuple):
+    """One row of the desk: a stuck call with its run, or a run that needs a person (no call).
+    A tuple, not model instances: building ~200 of those a page was most of its CPU."""
+
+    kind: str  # the call's status, "lease_expired" or "run_needs_human"
+    since: datetime
+    run_id: str
+    run_title: str
+    call_id: str | None = None
+    capability_id: str = ""
+    execution_status: str = ""
+    last_error_name: str = ""
+    desk_owner_id: int | None = None
+    desk_owner_username: str | None = None
+
+
+def desk_items(*, tenant: Tenant, limit: int) -> list[DeskItem]:
     """The `limit` longest waits on the desk: unknown outcomes, dispatches whose worker's lease
     expired, and runs that need a person. Ordered and cut in SQL, on the calls' stored
     `status_since` (toolcall_desk index), so an outage's thousands of calls cost no more than
-    a hundred."""
+    a hundred. Written-out SQL on PostgreSQL (console/sql.py), the ORM elsewhere."""
     now = timezone.now()
-    items: list[dict[str, Any]] = []
-    calls = (
-        _stuck_calls(tenant, now)
-        .select_related("run", "desk_owner")
-        .defer("args", "result", "last_error_message", "run__metadata")
-        .order_by("status_since", "id")[:limit]
-    )
-    for call in calls:
-        kind = "lease_expired" if call.execution_status == E.DISPATCHING else call.execution_status
-        items.append({"kind": kind, "call": call, "run": call.run, "since": call.status_since})
+    if connection.vendor == "postgresql":
+        calls = sql.desk_calls(tenant_id=tenant.pk, now=now, limit=limit)
+        runs = sql.desk_runs(tenant_id=tenant.pk, now=now, limit=limit)
+    else:
+        calls = desk_calls_orm(tenant=tenant, now=now, limit=limit)
+        runs = desk_runs_orm(tenant=tenant, now=now, limit=limit)
+    items = list(map(DeskItem._make, calls))
     # Runs needing a person are few (a run waits for one person, not for an outage): their
     # time is their last run.needs_human event.
-    runs = (
+    items += [DeskItem(_RUN_KIND, since or now, run_id, title) for run_id, title, since in runs]
+    # Stable: at the same moment, calls (in the index's order) before runs, as before.
+    return sorted(items, key=_SINCE)[:limit]
+
+
+_RUN_KIND = "run_needs_human"
+_SINCE = attrgetter("since")
+
+
+def desk_calls_orm(*, tenant: Tenant, now: datetime, limit: int) -> list[tuple]:
+    """What sql.desk_calls reads, through the ORM: DeskItem's fields of the longest waits."""
+    rows = (
+        _stuck_calls(tenant, now)
+        .order_by("status_since", "id")
+        .values_list(
+            "execution_status",
+            "status_since",
+            "run_id",
+            "run__title",
+            "id",
+            "capability_id",
+            "execution_status",
+            "last_error_name",
+            "desk_owner_id",
+            "desk_owner__username",
+        )[:limit]
+    )
+    return [(_kind(status), *rest) for status, *rest in rows]
+
+
+def _kind(status: str) -> str:
+    return "lease_expired" if status == E.DISPATCHING else status
+
+
+def desk_runs_orm(*, tenant: Tenant, now: datetime, limit: int) -> list[tuple]:
+    """What sql.desk_runs reads, through the ORM: (id, title, last run.needs_human or None)."""
+    return list(
         _runs_needing_a_person(tenant, now)
         .annotate(
             human_since=Subquery(
@@ -76,14 +128,9 @@ def desk_items(*, tenant: Tenant, limit: int) -> list[dict[str, Any]]:
                 .values("occurred_at")[:1]
             )
         )
-        .order_by("human_since")[:limit]
+        .order_by("human_since")
+        .values_list("id", "title", "human_since")[:limit]
     )
-    for run in runs:
-        since = run.human_since or now
-        items.append({"kind": "run_needs_human", "call": None, "run": run, "since": since})
-    for item in items:
-        item["dwell_seconds"] = int((now - item["since"]).total_seconds())
-    return sorted(items, key=lambda item: item["since"])[:limit]
 
 
 @dataclass(frozen=True)
@@ -94,23 +141,34 @@ class DeskCounts:
 
 def desk_counts(*, tenant: Tenant) -> DeskCounts:
     """How many items the desk holds, and per external system how many have a look-up (during
-    an outage an admin looks them all up at once): counted on the toolcall_desk index only."""
+    an outage an admin looks them all up at once): counted on the toolcall_desk index only.
+    Written-out SQL on PostgreSQL: compiling the ORM's two queries cost more than the page's
+    rows' queries together."""
     now = timezone.now()
-    by_capability = (
-        _stuck_calls(tenant, now)
-        .order_by()
-        .values("capability_id")
-        .annotate(count=Count("*"))
-        .values_list("capability_id", "count")
-    )
+    if connection.vendor == "postgresql":
+        by_capability = sql.desk_calls_by_capability(tenant_id=tenant.pk, now=now)
+        runs = sql.desk_runs_count(tenant_id=tenant.pk, now=now)
+    else:
+        by_capability = desk_calls_by_capability_orm(tenant=tenant, now=now)
+        runs = _runs_needing_a_person(tenant, now).count()
     calls, systems = 0, {}
     for capability_id, count in by_capability:
         calls += count
         capability = capabilities.get(capability_id)
         if capability and capability.lookup_path:
             systems[capability.system] = systems.get(capability.system, 0) + count
-    runs = _runs_needing_a_person(tenant, now).count()
     return DeskCounts(calls + runs, sorted(systems.items()))
+
+
+def desk_calls_by_capability_orm(*, tenant: Tenant, now: datetime) -> list[tuple[str, int]]:
+    """What sql.desk_calls_by_capability reads, through the ORM: (capability, stuck calls)."""
+    return list(
+        _stuck_calls(tenant, now)
+        .order_by()
+        .values("capability_id")
+        .annotate(count=Count("*"))
+        .values_list("capability_id", "count")
+    )
 
 
 def handoff(call: ToolCall) -> dict[str, Any]:
@@ -157,16 +215,50 @@ def handoff(call: ToolCall) -> dict[str, Any]:
         "unknown": [c for c in calls if c.is_unknown or c.execution_status == E.DISPATCHING],
         "attempts": list(call.attempts.order_by("number")),
         # Each decision with its person in the same query: one query for all of them.
-        "approvals": list(
-            Approval.objects.filter(run=run).prefetch_related(
-                Prefetch("decisions", ApprovalDecision.objects.select_related("user"))
-            )
+        "approval_items": approval_items(
+            sql.desk_approvals(run.pk)
+            if connection.vendor == "postgresql"
+            else desk_approvals_orm(run.pk)
         ),
         "events": events,
         "lookups": [lookup_result(event) for event in events if event.event_type == LOOKED_UP],
         "suggestion": suggestion(call, capability),
         "unresolved": call.is_unknown or call.execution_status == E.DISPATCHING,
     }
+
+
+def desk_approvals_orm(run_id: str) -> list[tuple]:
+    """What sql.desk_approvals reads, through the ORM: a row per decision of each approval of
+    the run (approval id, state, rule, decider's username, decision), NULLs for none."""
+    approvals = (
+        Approval.objects.filter(run_id=run_id)
+        .order_by("expires_at", "id")
+        .prefetch_related(Prefetch("decisions", ApprovalDecision.objects.select_related("user")))
+    )
+    rows = []
+    for approval in approvals:
+        head = (approval.id, approval.state, approval.rule_name)
+        decisions = approval.decisions.all()
+        rows += [(*head, d.user.username, d.decision) for d in decisions] or [(*head, None, None)]
+    return rows
+
+
+def approval_items(rows: list[tuple]) -> SafeString:
+    """The packet's approvals as list items, from desk_approvals' rows: what the template's
+    loop over approvals and their decisions wrote."""
+    url = _h(url_pattern("approvals:detail"))
+    parts, current = [], None
+    for approval_id, state, rule_name, username, decision in rows:
+        if approval_id != current:
+            parts.append("</li>" if current is not None else "")
+            current, shown = approval_id, _h(approval_id)
+            parts.append(
+                f'<li><a href="{url.format(shown)}">{shown}</a> {_h(state)} ({_h(rule_name)})'
+            )
+        if decision is not None:
+            parts.append(f" — {_h(username)} {_h(decision)}")
+    parts.append("</li>" if current is not None else "")
+    return _join(parts)
 
 
 LOOKED_UP = "tool_call.looked_up"
@@ -234,35 +326,64 @@ def settled_suggestion(call: ToolCall, capability: capabilities.Capability | Non
     )
 
 
-def desk_rows(items: list[dict[str, Any]], *, user_id: int, csrf_input: str) -> str:
+def desk_rows(items: list[DeskItem], *, user_id: int, csrf_input: str) -> str:
     """The desk's rows as HTML, in one pass: at a million events the template's loop (four
     `{% url %}`s, filters and look-ups per row, a hundred rows) was most of the page's time.
     Writes what templates/toolcalls/desk.html wrote; `csrf_input` is the hidden input
     `{% csrf_token %}` writes."""
-    item_url = url_pattern("desk:item")
-    run_url = url_pattern("runs:detail")
-    resume_url = url_pattern("desk:resume-run")
+    # Escaping replaces character by character: a pattern escaped once, with an escaped id
+    # in it, is the escaped URL.
+    item_url = _h(url_pattern("desk:item"))
+    run_url = _h(url_pattern("runs:detail"))
+    resume_url = _h(url_pattern("desk:resume-run"))
+    zone = timezone.get_current_timezone()
+    units = _dwell_units()
     rows = []
     for item in items:
-        call, run = item["call"], item["run"]
-        since = localtime(item["since"])
-        row_id = call.id if call else run.id
-        stamp, dwell = _h(dateformat.format(since, "c")), _h(timesince(since))
-        waiting = f'title="since {stamp}" class="dwell">{dwell}'
-        if call:
-            what = _call_cells(call, item["kind"], user_id, _h(item_url.format(call.id)))
-            last = f'<a href="{_h(item_url.format(call.id))}">Handoff packet</a>'
+        # What localtime() and the date filter's "c" do, with the time zone read once a page.
+        since = item.since.astimezone(zone)
+        dwell = _h(timesince(since, time_strings=units))
+        waiting = f'title="since {_h(since.isoformat())}" class="dwell">{dwell}'
+        run_id = _h(item.run_id)
+        if item.call_id:
+            row_id = _h(item.call_id)
+            url = item_url.format(row_id)
+            what = _call_cells(item, row_id, user_id, url)
+            last = f'<a href="{url}">Handoff packet</a>'
         else:
-            what = _RUN_CELLS
-            action = _h(resume_url.format(run.id))
+            row_id, what = run_id, _RUN_CELLS
+            action = resume_url.format(run_id)
             last = f'\n          <form method="post" action="{action}">{csrf_input}{_RESUME}'
-
+        run = f'<a href="{run_url.format(run_id)}">{_h(item.run_title)}</a>'
         rows.append(
-            f'<tr id="row-{_h(row_id)}">\n        <td data-label="Waiting" {waiting}</td>\n        '
-            f'{what}\n        <td><a href="{_h(run_url.format(run.id))}">{_h(run.title)}</a></td>\n'
+            f'<tr id="row-{row_id}">\n        <td data-label="Waiting"'
+            f" {waiting}</td>\n        {what}\n        <td>{run}</td>\n"
             f"        <td>{last}</td>\n      </tr>"
         )
     return "\n".join(rows)
+
+
+class _Unit:
+    """One of timesince's units ("%(num)d minute"/"minutes"), translated once a page for each
+    number rather than once a row: its lazy translation was most of timesince's cost."""
+
+    __slots__ = ("lazy", "texts")
+
+    def __init__(self, lazy: Any) -> None:
+        self.lazy = lazy
+        self.texts: dict[int, str] = {}
+
+    def __mod__(self, args: dict[str, int]) -> str:
+        num = args["num"]
+        text = self.texts.get(num)
+        if text is None:
+            text = self.texts[num] = self.lazy % args
+        return text
+
+
+def _dwell_units() -> dict[str, _Unit]:
+    """timesince's `time_strings` for one page (in the language active for it)."""
+    return {name: _Unit(lazy) for name, lazy in TIME_STRINGS.items()}
 
 
 _RESUME = (
@@ -276,15 +397,17 @@ _RUN_CELLS = (
 )
 
 
-def _call_cells(call: ToolCall, kind: str, user_id: int, url: str) -> str:
+def _call_cells(item: DeskItem, call_id: str, user_id: int, url: str) -> str:
+    """`call_id` and `url` come escaped."""
     owner = ""
-    if call.desk_owner_id:
-        who = "Yours" if call.desk_owner_id == user_id else f"{_h(call.desk_owner.username)} has it"
+    if item.desk_owner_id:
+        mine = item.desk_owner_id == user_id
+        who = "Yours" if mine else f"{_h(item.desk_owner_username)} has it"
         owner = f'<br><span class="owner">{who}</span>'
     return (
-        f'<td data-label="What"><a href="{url}">{_h(call.capability_id)}</a> <code class="muted">'
-        f'{_h(call.id)}</code><br><span class="muted">{_h(call.last_error_name)}</span>'
+        f'<td data-label="What"><a href="{url}">{_h(item.capability_id)}</a> <code class="muted">'
+        f'{call_id}</code><br><span class="muted">{_h(item.last_error_name)}</span>'
         f"{owner}</td>\n"
-        f'          <td data-label="State"><span class="state state-{_h(call.execution_status)}">'
-        f"{_h(kind)}</span></td>"
+        f'          <td data-label="State"><span class="state state-{_h(item.execution_status)}">'
+        f"{_h(item.kind)}</span></td>"
     )

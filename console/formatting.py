@@ -5,6 +5,7 @@ money itself is written by runs/money.py, which the e-mails and chat messages sh
 from __future__ import annotations
 
 import html
+import re
 from typing import Any
 
 from django.urls import reverse
@@ -102,8 +103,13 @@ def summary_text(capability: Capability | str | None, args: dict[str, Any], stor
 def escaped(value: Any) -> str:
     """`value` escaped for HTML, as the template's autoescape and django.utils.html.escape
     write it; without their lazy-string wrapper and SafeString, which were most of the cost
-    of escaping ~900 values a page with format_html."""
-    return html.escape(str(value))
+    of escaping ~900 values a page with format_html. Most values (ids, statuses, names) hold
+    nothing to escape: one search finds so, where html.escape runs five replaces."""
+    text = str(value)
+    return html.escape(text) if _SPECIAL(text) else text
+
+
+_SPECIAL = re.compile("[&<>\"']").search  # what html.escape replaces
 
 
 def html_of(parts: list[str]) -> SafeString:

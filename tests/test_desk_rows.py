@@ -1,5 +1,6 @@
-"""The desk's rows written in Python (console/desk.py `desk_rows`) are the HTML the template's
-loop wrote, value for value, escaping included (whitespace between tags aside)."""
+"""The desk's rows written in Python (console/desk.py `desk_rows`, from DeskItem tuples) are the
+HTML the template's loop wrote from model instances, value for value, escaping included
+(whitespace between tags aside)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from datetime import timedelta
 from django.template import Context, Engine
 from django.utils import timezone
 
-from console.desk import desk_rows
+from console.desk import DeskItem, desk_rows
 from runs.models import Run, User
 from toolcalls.models import ToolCall
 
@@ -58,6 +59,26 @@ def test_the_rows_are_the_templates_rows(settings) -> None:
     theirs = Engine.get_default().from_string(TEMPLATE_LOOP)
     context = Context({"items": items, "user": me, "csrf_token": "tok<en>"})
     csrf = '<input type="hidden" name="csrfmiddlewaretoken" value="tok&lt;en&gt;">'
-    ours = desk_rows(items, user_id=me.pk, csrf_input=csrf)
+    ours = desk_rows([_desk_item(item) for item in items], user_id=me.pk, csrf_input=csrf)
     assert _squeeze(ours) == _squeeze(theirs.render(context))
     assert "Yours" in ours and "&lt;bob &amp; &quot;co&quot;&gt; has it" in ours
+
+
+def _desk_item(item: dict) -> DeskItem:
+    """The tuple desk_items reads for what the template was given as model instances."""
+    call, run = item["call"], item["run"]
+    if call is None:
+        return DeskItem(item["kind"], item["since"], run.id, run.title)
+    owner = call.desk_owner
+    return DeskItem(
+        item["kind"],
+        item["since"],
+        run.id,
+        run.title,
+        call.id,
+        call.capability_id,
+        call.execution_status,
+        call.last_error_name,
+        call.desk_owner_id,
+        owner.username if owner else None,
+    )

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from django.contrib import messages
+from django.db import connection
 from django.http import Http404, HttpRequest, HttpResponse
 from django.middleware.csrf import get_token
 from django.shortcuts import redirect, render
@@ -13,7 +14,7 @@ from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_POST
 
-from console import desk
+from console import desk, sql
 from runs.errors import DomainError
 from runs.models import User
 from runs.permissions import tenant_admin_required
@@ -50,11 +51,14 @@ def _csrf_input(request: HttpRequest) -> str:
 
 
 def _call(request: HttpRequest, tool_call_id: str) -> ToolCall:
-    call = (
-        ToolCall.objects.select_related("run", "decision", "tenant")
-        .filter(tenant=request.user.tenant, pk=tool_call_id)
-        .first()
-    )
+    if connection.vendor == "postgresql":
+        call = sql.desk_call(tenant_id=request.user.tenant_id, tool_call_id=tool_call_id)
+    else:
+        call = (
+            ToolCall.objects.select_related("run", "decision", "tenant")
+            .filter(tenant=request.user.tenant, pk=tool_call_id)
+            .first()
+        )
     if call is None:
         raise Http404("No such tool call.")
     return call
