@@ -10,9 +10,6 @@ from __future__ import annotations
 import pytest
 from django.db import connection
 
-from runs import services as run_services
-from runs.models import Tenant
-
 pytestmark = [
     pytest.mark.django_db,
     pytest.mark.skipif("connection.vendor != 'postgresql'"),
@@ -23,8 +20,6 @@ WITHOUT = {
     "toolcalls_toolcall": {"args", "args_digest", "result", "last_error_message"},
     "toolcalls_receipt": {"raw_response"},
 }
-# Columns the pages and the dispatch filter or sort by: their statistics must stay.
-KEPT = {"runs_event": {"run_id", "seq", "event_type", "tenant_id", "occurred_at", "actor"}}
 
 
 def _targets(table: str) -> dict[str, int]:
@@ -45,12 +40,17 @@ def test_only_the_unfiltered_columns_have_no_statistics_target() -> None:
         assert {t for c, t in targets.items() if c not in columns} == {-1}, table
 
 
-def test_analyze_skips_them_and_keeps_the_rest(tenant: Tenant) -> None:
-    for n in range(3):
-        run_services.run_start(tenant=tenant, title=f"refund {n}", actor="test")
+def test_analyze_leaves_out_a_column_whose_target_is_0() -> None:
+    """What the migrations rely on, on a table of this test's own: ANALYZE of a shared table
+    would also rewrite its row and page counts in place (not undone by the test's rollback),
+    which changes the plans later tests see."""
     with connection.cursor() as cursor:
-        cursor.execute("ANALYZE runs_event")
-        cursor.execute("SELECT attname FROM pg_stats WHERE tablename = 'runs_event'")
+        cursor.execute("CREATE TEMPORARY TABLE probe (kept int, skipped jsonb)")
+        cursor.execute("ALTER TABLE probe ALTER COLUMN skipped SET STATISTICS 0")
+        cursor.execute(
+            "INSERT INTO probe SELECT n, jsonb_build_object('n', n) FROM generate_series(1, 100) n"
+        )
+        cursor.execute("ANALYZE probe")
+        cursor.execute("SELECT attname FROM pg_stats WHERE tablename = 'probe'")
         analyzed = {name for (name,) in cursor.fetchall()}
-    assert not analyzed & WITHOUT["runs_event"]
-    assert KEPT["runs_event"] <= analyzed
+    assert analyzed == {"kept"}
