@@ -176,11 +176,19 @@ def handoff(call: ToolCall) -> dict[str, Any]:
     run = call.run
     capability = capabilities.get(call.capability_id)
     # The run's other calls are listed by id, capability and status only: their arguments
-    # and results (JSON, most of a row) are not read.
+    # and results (JSON, most of a row) are not read, and they are read as named tuples, not
+    # as instances (a busy run has dozens).
     calls = list(
         ToolCall.objects.filter(run=run)
-        .only("id", "capability_id", "external_id", "execution_status", "verification_status")
         .order_by("id")
+        .values_list(
+            "id",
+            "capability_id",
+            "external_id",
+            "execution_status",
+            "verification_status",
+            named=True,
+        )
     )
     events = list(Event.objects.filter(tool_call_id=call.pk).order_by("seq"))
     confirmed = [c for c in calls if c.verification_status == V.CONFIRMED_SUCCESS]
@@ -200,7 +208,7 @@ def handoff(call: ToolCall) -> dict[str, Any]:
         # pass: in the template they were most of the page's look-ups.
         "confirmed_items": _join(
             [
-                f"<li><code>{_h(c.pk)}</code> {_h(c.capability_id)} → "
+                f"<li><code>{_h(c.id)}</code> {_h(c.capability_id)} → "
                 f"<code>{_h(c.external_id)}</code></li>"
                 for c in confirmed
             ]
@@ -212,7 +220,7 @@ def handoff(call: ToolCall) -> dict[str, Any]:
                 for external_id, call_id, status, source in receipts
             ]
         ),
-        "unknown": [c for c in calls if c.is_unknown or c.execution_status == E.DISPATCHING],
+        "unknown": [c for c in calls if c.execution_status in _UNSETTLED],
         "attempts": list(call.attempts.order_by("number")),
         # Each decision with its person in the same query: one query for all of them.
         "approval_items": approval_items(
@@ -261,6 +269,8 @@ def approval_items(rows: list[tuple]) -> SafeString:
     return _join(parts)
 
 
+# What call.is_unknown says, and dispatches (their lease may have expired).
+_UNSETTLED = frozenset(ToolCall.UNKNOWN) | {E.DISPATCHING}
 LOOKED_UP = "tool_call.looked_up"
 
 

@@ -14,7 +14,7 @@ from runs.models import Tenant, User
 from tests.helpers import logged_in
 from tests.sandbox_process import Sandbox
 from tests.test_page_queries import grow
-from toolcalls.models import E, Receipt, ToolCall
+from toolcalls.models import E, Receipt, ToolCall, V
 
 HOSTILE = '<script>alert("x")</script>'
 ESCAPED = "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;"
@@ -104,3 +104,22 @@ def test_its_approvals_are_what_the_templates_loop_wrote(
     assert desk.approval_items(read) == expected
     assert ESCAPED in expected and "&lt;bob &amp; &quot;co&quot;&gt; approve" in expected
     assert desk.approval_items([]) == ""
+
+
+def test_it_lists_the_runs_unsettled_and_confirmed_calls(
+    tenant: Tenant, sandbox: Sandbox, bob: User, admin_user: User
+) -> None:
+    grow(tenant, sandbox, {"bob": bob}, 1)
+    unknown = ToolCall.objects.get(tenant=tenant, execution_status=E.RESULT_UNKNOWN)
+    calls = ToolCall.objects.filter(run=unknown.run).order_by("id")
+    confirmed = [c.pk for c in calls if c.verification_status == V.CONFIRMED_SUCCESS]
+    waiting = next(c for c in calls if c.pk != unknown.pk and c.pk not in confirmed)
+    ToolCall.objects.filter(pk=waiting.pk).update(execution_status=E.DISPATCHING)
+
+    response = logged_in(admin_user).get(f"/desk/{unknown.pk}/")
+
+    content = response.content.decode()
+    assert [c.id for c in response.context["unknown"]] == sorted([unknown.pk, waiting.pk])
+    assert [c.id for c in response.context["confirmed"]] == confirmed
+    assert "Unknown actions (2)" in content and f"<code>{waiting.pk}</code></a>" in content
+    assert f"Confirmed actions of the run ({len(confirmed)})" in content and len(confirmed) == 3
