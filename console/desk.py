@@ -175,21 +175,7 @@ def handoff(call: ToolCall) -> dict[str, Any]:
     """Everything a person needs to decide about one unknown action."""
     run = call.run
     capability = capabilities.get(call.capability_id)
-    # The run's other calls are listed by id, capability and status only: their arguments
-    # and results (JSON, most of a row) are not read, and they are read as named tuples, not
-    # as instances (a busy run has dozens).
-    calls = list(
-        ToolCall.objects.filter(run=run)
-        .order_by("id")
-        .values_list(
-            "id",
-            "capability_id",
-            "external_id",
-            "execution_status",
-            "verification_status",
-            named=True,
-        )
-    )
+    calls = _run_calls(run)
     events = list(Event.objects.filter(tool_call_id=call.pk).order_by("seq"))
     confirmed = [c for c in calls if c.verification_status == V.CONFIRMED_SUCCESS]
     receipts = list(
@@ -267,6 +253,14 @@ def approval_items(rows: list[tuple]) -> SafeString:
             parts.append(f" — {_h(username)} {_h(decision)}")
     parts.append("</li>" if current is not None else "")
     return _join(parts)
+
+
+def _run_calls(run: Run) -> list[Any]:
+    """The run's calls by id, capability and status only: their arguments and results (JSON,
+    most of a row) are not read, and they are named tuples, not instances (a busy run has
+    dozens)."""
+    fields = ("id", "capability_id", "external_id", "execution_status", "verification_status")
+    return list(ToolCall.objects.filter(run=run).order_by("id").values_list(*fields, named=True))
 
 
 # What call.is_unknown says, and dispatches (their lease may have expired).
