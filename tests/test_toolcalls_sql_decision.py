@@ -117,6 +117,20 @@ def test_the_lock_loads_what_the_two_orm_locks_loaded(waiting: Approval) -> None
     assert locked.decided_wanted is False  # the tenant has no webhook
 
 
+def _hooks_none_wants(tenant: Tenant, other_tenant: Tenant) -> Webhook:
+    """Hooks that must not count: another tenant's, one of other events, a chat channel, and an
+    inactive one (returned, to be switched on)."""
+    url = "https://hooks.example"
+    Webhook.objects.create(tenant=other_tenant, url=url, event_types=["approval.decided"])
+    Webhook.objects.create(tenant=tenant, url=url, event_types=["tool_call.terminal"])
+    Webhook.objects.create(
+        tenant=tenant, url=url, kind=Webhook.Kind.SLACK, event_types=["approval.decided"]
+    )
+    return Webhook.objects.create(
+        tenant=tenant, url=url, active=False, event_types=["approval.decided"]
+    )
+
+
 def _lock_wants(tenant: Tenant, approval: Approval) -> bool:
     with transaction.atomic():
         return sql.lock_for_decision(tenant_id=tenant.pk, approval_id=approval.pk).decided_wanted
@@ -127,15 +141,7 @@ def test_the_lock_answers_whether_a_receiver_wants_the_decision_as_the_orm(
 ) -> None:
     """In the lock's statement, as `receivers_want` and the ORM answer: not a chat channel, an
     inactive hook, another tenant's, nor one of other events."""
-    url = "https://hooks.example"
-    Webhook.objects.create(tenant=other_tenant, url=url, event_types=["approval.decided"])
-    Webhook.objects.create(tenant=tenant, url=url, event_types=["tool_call.terminal"])
-    Webhook.objects.create(
-        tenant=tenant, url=url, kind=Webhook.Kind.SLACK, event_types=["approval.decided"]
-    )
-    off = Webhook.objects.create(
-        tenant=tenant, url=url, active=False, event_types=["approval.decided"]
-    )
+    off = _hooks_none_wants(tenant, other_tenant)
     assert _lock_wants(tenant, waiting) is _wants(tenant) is _orm_wants(tenant) is False
     Webhook.objects.filter(pk=off.pk).update(active=True)
     assert _lock_wants(tenant, waiting) is _wants(tenant) is _orm_wants(tenant) is True
@@ -326,15 +332,7 @@ def test_whether_a_receiver_wants_the_decision_answers_as_the_orm(
     tenant: Tenant, other_tenant: Tenant
 ) -> None:
     """Not a chat channel, an inactive hook, another tenant's, nor one of other events."""
-    url = "https://hooks.example"
-    Webhook.objects.create(tenant=other_tenant, url=url, event_types=["approval.decided"])
-    Webhook.objects.create(tenant=tenant, url=url, event_types=["tool_call.terminal"])
-    Webhook.objects.create(
-        tenant=tenant, url=url, kind=Webhook.Kind.SLACK, event_types=["approval.decided"]
-    )
-    off = Webhook.objects.create(
-        tenant=tenant, url=url, active=False, event_types=["approval.decided"]
-    )
+    off = _hooks_none_wants(tenant, other_tenant)
     assert _wants(tenant) is _orm_wants(tenant) is False
     Webhook.objects.filter(pk=off.pk).update(active=True)
     assert _wants(tenant) is _orm_wants(tenant) is True
