@@ -321,6 +321,18 @@ def batch_knows_head(run_id: str, last: dict[str, Any] | None, new_calls: list[s
     current.last_of_call.update(dict.fromkeys(new_calls, ""))
 
 
+def batch_take_pending() -> list[Event]:
+    """Inside a batch: its events not written yet, handed to a caller whose own statement
+    writes them now (toolcalls/sql_propose.py: the proposal's call, its dispatch message and
+    its events in one INSERT); the batch keeps their chain heads and writes only the events
+    appended after this at its end. Outside a batch: none."""
+    current = _batch_here()
+    if current is None:
+        return []
+    pending, current.pending = current.pending, []
+    return pending
+
+
 def batch_holds_run(run_id: str) -> bool:
     """Whether this block's batch holds the run's lock (it locked the run and read its head,
     or was told so by `batch_knows_head`): a statement on the run cannot wait for the lock."""

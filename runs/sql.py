@@ -140,6 +140,20 @@ def insert_events(events: list[Event]) -> None:
     _saved(events)
 
 
+def events_insert(events: list[Event]) -> tuple[str, str]:
+    """(the INSERT of these events, its one parameter) on PostgreSQL, for a caller that sends
+    it as the last part of its own statement, after a data-modifying WITH (toolcalls/
+    sql_propose.py: the proposal's call and its events in one round trip). The rows are
+    `insert_events`' (one JSON parameter, the same text for any number of events: psycopg and
+    the server parse and plan it once); `events_saved(events)` once the statement ran."""
+    plan = dbvalues.plan(Event, connections[DEFAULT_DB_ALIAS])
+    return _json_insert(plan, plan.every), plan.json_rows(events, plan.every, True)
+
+
+def events_saved(events: list[Event]) -> None:
+    _saved(events)
+
+
 # psycopg keeps the parsed form of a statement of at most this many parameters (psycopg's
 # _queries.MAX_CACHED_STATEMENT_PARAMS); it parses a longer one again each time.
 _CACHED_PARAMS = 50

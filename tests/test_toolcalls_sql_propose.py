@@ -12,7 +12,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from approvals.models import Policy
-from runs import outbox, transitions
+from runs import events, outbox, transitions
 from runs.events import verify_chain
 from runs.models import Event, OutboxMessage, Run, Tenant
 from runs.services import run_start
@@ -212,7 +212,65 @@ def test_the_calls_insert_writes_the_message_outbox_enqueue_writes(run: Run) -> 
     assert not ours._state.adding and ToolCall.objects.filter(pk=call.pk).exists()
 
 
-def test_a_proposal_writes_its_events_chained_in_five_statements(
+def _event_rows(ids: list[str]) -> list[str]:
+    """The events as PostgreSQL gives them in JSON (jsonb as stored, times to the
+    microsecond), in the order of `ids`."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT to_jsonb(e)::text FROM runs_event e WHERE e.id = ANY(%s)"
+            " ORDER BY array_position(%s, e.id)",
+            [ids, ids],
+        )
+        return [row[0] for row in cursor.fetchall()]
+
+
+DEFERRED = {"error_name": "tool.circuit_open", "until": "2026-01-02T03:04:06Z"}
+
+
+def _deferred(run: Run, call: ToolCall) -> Event:
+    return events.append(
+        run=run,
+        event_type="tool_call.deferred",
+        payload=DEFERRED,
+        producer="test",
+        ids=events.Ids(tool_call_id=call.pk),
+    )
+
+
+@pytest.mark.skipif("connection.vendor != 'postgresql'")
+@pytest.mark.parametrize("with_message", [True, False], ids=["authorized", "held"])
+def test_the_calls_insert_writes_the_blocks_events_as_the_orm_writes_them(
+    run: Run, with_message: bool
+) -> None:
+    """The events appended before the call's INSERT go in its statement, those appended after
+    in the batch's own INSERT at the block's end: the rows are those bulk_create writes of the
+    same events."""
+    with transaction.atomic():
+        call = _new_call(run, 1)
+        message = outbox.enqueue("toolcalls.dispatch", call.pk, write=False)
+        with events.batch():
+            with transitions.saved_once(call):
+                before = [_deferred(run, call), _deferred(run, call)]
+                with CaptureQueriesContext(connection) as queries:
+                    sql_propose.insert_decided(
+                        call, created_at=timezone.now(), message=message if with_message else None
+                    )
+            after = _deferred(run, call)
+        written = [*before, after]
+        ours = _event_rows([e.pk for e in written])
+        transaction.set_rollback(True)
+    with transaction.atomic():
+        Event.objects.bulk_create([Event(**_values(e)) for e in written])
+        theirs = _event_rows([e.pk for e in written])
+        transaction.set_rollback(True)
+
+    assert len(ours) == 3 and ours == theirs
+    assert len(queries) == 1 and "runs_event" in queries[0]["sql"]
+    assert ("runs_outboxmessage" in queries[0]["sql"]) is with_message
+    assert not any(e._state.adding for e in written)
+
+
+def test_a_proposal_writes_its_events_chained_in_four_statements(
     run: Run, sandbox: Sandbox
 ) -> None:
     for n in (1, 2):  # the policy's row exists, and is cached
@@ -240,11 +298,11 @@ def test_a_proposal_writes_its_events_chained_in_five_statements(
     mine = [e for e in events if e.tool_call_id == call.pk]
     assert ToolCall.objects.get(pk=call.pk).created_at <= mine[0].recorded_at
     # The lookup; then in the transaction: lock the run, its tally (calls, chain head, newest
-    # policy), the call's INSERT as authorized with its outbox row, the events (BEGIN and
+    # policy), the call's INSERT as authorized with its outbox row and its events (BEGIN and
     # COMMIT are not queries here). The events neither lock the run again nor read its head.
     statements = [q["sql"] for q in queries if not q["sql"].startswith(("SAVEPOINT", "RELEASE"))]
-    assert len(statements) == 5, "\n".join(s[:90] for s in statements)
-    assert "runs_outboxmessage" in statements[3]
+    assert len(statements) == 4, "\n".join(s[:90] for s in statements)
+    assert "runs_outboxmessage" in statements[3] and "runs_event" in statements[3]
     assert not any(s.startswith("UPDATE") for s in statements)
     assert not any("runs_run" in s and "FOR UPDATE" in s for s in statements[2:])
 

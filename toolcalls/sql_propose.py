@@ -12,6 +12,8 @@ request approval) appended their events: one INSERT of the row as those transiti
 with the authorized call's outbox message in the same statement, where the call used to be
 inserted as proposed, then UPDATEd by its transition, and its message inserted on its own
 (three statements). `created_at` is taken before the events, as the INSERT used to give it.
+The events appended by then (proposed, and the policy's transition) go in the same statement
+too, rather than in the event batch's own INSERT at the block's end.
 tests/test_toolcalls_sql_propose.py proves the reads and the rows are the ORM's, and the
 events and rows those of the path written step by step.
 """
@@ -24,7 +26,7 @@ from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connections
 
-from runs import dbvalues
+from runs import dbvalues, events
 from runs import sql as runs_sql
 from runs.models import OutboxMessage
 from toolcalls.models import ToolCall
@@ -38,10 +40,9 @@ _TALLY = (
     " WHERE run_id = %s ORDER BY seq DESC LIMIT 1) AS h ON true"
 )
 _MESSAGE = OutboxMessage._meta.concrete_fields
-# A data-modifying WITH runs to completion whether or not the statement reads it.
-_INSERT_CALL_AND_MESSAGE = (
-    f"WITH c AS ({_INSERT_CALL}) INSERT INTO {OutboxMessage._meta.db_table}"
-    f" ({', '.join(f.column for f in _MESSAGE)}) VALUES ({', '.join(['%s'] * len(_MESSAGE))})"
+_INSERT_MESSAGE = (
+    f"INSERT INTO {OutboxMessage._meta.db_table} ({', '.join(f.column for f in _MESSAGE)})"
+    f" VALUES ({', '.join(['%s'] * len(_MESSAGE))})"
 )
 _CREATED_AT = next(i for i, f in enumerate(_CALL) if f.name == "created_at")
 # Columns that every save writes anew (updated_at).
@@ -77,18 +78,13 @@ def insert_decided(call: ToolCall, *, created_at: datetime, message: OutboxMessa
     values = call_values(call)
     call.created_at = created_at
     values[_CREATED_AT] = dbvalues.plan(ToolCall, conn).param(_CREATED_AT, created_at)
-    if message is None:
-        runs_sql.cursor_for(conn).execute(_INSERT_CALL, values)
-    elif conn.vendor != "postgresql":  # no INSERT in a WITH
+    if conn.vendor != "postgresql":  # no INSERT in a WITH
         with conn.cursor() as cursor:
             cursor.execute(_INSERT_CALL, values)
-        runs_sql.insert_rows([message])
+        if message is not None:
+            runs_sql.insert_rows([message])
     else:
-        # As runs/sql.py's insert_rows prepares it (runs/dbvalues.py), not field by field.
-        plan = dbvalues.plan(OutboxMessage, conn)
-        row = plan.params(message, plan.every, True)
-        runs_sql.cursor_for(conn).execute(_INSERT_CALL_AND_MESSAGE, [*values, *row])
-        message._state.adding, message._state.db = False, conn.alias
+        _insert_together(conn, values, message)
     call._state.adding, call._state.db = False, conn.alias
     # Everything is written; updated_at, which a save always writes, is remembered after the
     # block (call_written), so that the block's end has no column to save.
@@ -97,6 +93,32 @@ def insert_decided(call: ToolCall, *, created_at: datetime, message: OutboxMessa
     call._remember_all()
     for field in _AUTO_NOW:
         del call.__dict__["_saved_values"][field.attname]
+
+
+def _insert_together(conn: Any, values: list[Any], message: OutboxMessage | None) -> None:
+    """The call, its message and the events its block appended so far (the proposed event and
+    the policy's transition's) in one statement: each part but the last a data-modifying WITH,
+    which runs to completion whether or not the statement reads it. The events were the
+    proposal's fifth statement (a round trip, psycopg's ~0.15 ms per statement, the server's)."""
+    parts, params = [_INSERT_CALL], list(values)
+    if message is not None:
+        # As runs/sql.py's insert_rows prepares it (runs/dbvalues.py), not field by field.
+        plan = dbvalues.plan(OutboxMessage, conn)
+        parts.append(_INSERT_MESSAGE)
+        params += plan.params(message, plan.every, True)
+    pending = events.batch_take_pending()
+    if pending:
+        events_insert, rows = runs_sql.events_insert(pending)
+        parts.append(events_insert)
+        params.append(rows)
+    statement = parts[-1]
+    if len(parts) > 1:  # no part reads another: the names only label them
+        withs = ", ".join(f"w{i} AS ({part})" for i, part in enumerate(parts[:-1]))
+        statement = f"WITH {withs} {statement}"
+    runs_sql.cursor_for(conn).execute(statement, params)
+    if message is not None:
+        message._state.adding, message._state.db = False, conn.alias
+    runs_sql.events_saved(pending)
 
 
 def call_written(call: ToolCall) -> None:
