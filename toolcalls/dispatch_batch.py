@@ -32,8 +32,7 @@ from django.utils import timezone
 from runs import events, logcontext, transitions
 from runs import sql as runs_sql
 from runs.faults import crashpoint
-from runs.models import OutboxMessage
-from toolcalls import dispatch, sql, webhooks
+from toolcalls import dispatch, sql, sql_batch, webhooks
 from toolcalls.dispatch import (
     Claim,
     claim_locked,
@@ -178,7 +177,7 @@ def _gone(ids: list[str], locked: list[ToolCall]) -> set[str]:
 def _mark_done(outbox_ids: list[str]) -> None:
     """Like runs.outbox.mark_done, for many messages in one statement."""
     if outbox_ids:
-        OutboxMessage.objects.filter(pk__in=outbox_ids, done_at=None).update(done_at=timezone.now())
+        sql_batch.mark_done(outbox_ids, timezone.now())
 
 
 # --- send -----------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from typing import Any
 from django.db import transaction
 
 from runs import outbox, transitions
+from toolcalls import sql_batch
 from toolcalls.capabilities import Capability, TrustedData, UpstreamUnavailable
 from toolcalls.models import E, ToolCall, V
 from toolcalls.writes import (
@@ -113,10 +114,7 @@ def wake_dependents(tool_call_ids: list[str]) -> None:
     """Dispatch the authorized calls that wait for these (confirmed or failed) calls."""
     if not tool_call_ids:
         return
-    waiting = ToolCall.objects.filter(
-        depends_on__in=tool_call_ids, execution_status=E.AUTHORIZED
-    ).order_by("pk")
-    for dependent_id in dict.fromkeys(waiting.values_list("pk", flat=True)):
+    for dependent_id in sql_batch.authorized_waiting_for(tool_call_ids):
         outbox.enqueue(DISPATCH_TASK, dependent_id)
 
 

@@ -36,7 +36,7 @@ from django.utils import timezone
 
 from approvals.models import Approval
 from runs import outbox
-from toolcalls import sql
+from toolcalls import sql, sql_batch
 from toolcalls.envelope import tool_call_out
 from toolcalls.webhook_models import Webhook, WebhookAttempt, WebhookDelivery
 
@@ -144,7 +144,7 @@ def _active_hooks(tenant_id: int) -> list[Webhook]:
     cache: dict[int, list[Webhook]] | None = getattr(_local, "hooks", None)
     if cache is not None and tenant_id in cache:
         return cache[tenant_id]
-    hooks = list(Webhook.objects.filter(tenant_id=tenant_id, active=True))
+    hooks = sql_batch.active_webhooks(tenant_id)
     if cache is not None:
         cache[tenant_id] = hooks
     return hooks

@@ -63,7 +63,7 @@ def test_a_batch_reads_the_tenants_webhooks_once_and_reports_each_call(
     with CaptureQueriesContext(connection) as queries:
         dispatch_batch.verify_batch(accepted)
 
-    reads = [q for q in queries.captured_queries if 'FROM "toolcalls_webhook"' in q["sql"]]
+    reads = [q for q in queries.captured_queries if "FROM toolcalls_webhook" in q["sql"]]
     assert len(reads) == 1  # one read for the tenant, not one per confirmed call
     deliveries = WebhookDelivery.objects.filter(webhook=hook, event_type="tool_call.terminal")
     assert sorted(deliveries.values_list("tool_call_id", flat=True)) == sorted(c.pk for c in calls)
