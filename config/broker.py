@@ -7,8 +7,9 @@ Python calls (cProfile of `app.send_task`: 1,707 -> 1,159 calls, 0.34 -> 0.26 ms
 publish). Every approve POST publishes its dispatch after the commit, on the approver's clock
 (bench_approve). The client keeps no connection of its own: each command borrows one from the
 channel's pool, as the clients made per call did, so one client serves the channel's threads.
-CELERY_BROKER_TRANSPORT names this class for a redis:// or rediss:// broker
-(config/settings/base.py); any other broker keeps its transport.
+CELERY_BROKER_TRANSPORT names this class for a redis:// broker (config/settings/base.py); any
+other keeps its transport, rediss:// too: kombu turns TLS on for it (without broker_use_ssl)
+only when the transport is named by the URL's scheme.
 """
 
 from __future__ import annotations

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import subprocess
+import sys
 import uuid
 
 import pytest
@@ -62,3 +65,30 @@ def test_publishes_share_one_client_and_reach_the_queue_as_celery_wrote_them(mon
         assert headers["argsrepr"] == saferepr(message.args)
         assert headers["kwargsrepr"] == saferepr({"outbox_id": message.pk})
         assert envelope["properties"]["delivery_info"]["routing_key"] == queue
+
+
+@pytest.mark.parametrize(
+    ("url", "transport"),
+    [
+        ("redis://127.0.0.1:6379/3", "config.broker:Transport"),
+        # kombu turns TLS on for rediss:// only when the URL's scheme names the transport.
+        ("rediss://127.0.0.1:6380/3", None),
+        ("memory://localhost/", None),
+    ],
+)
+def test_only_a_plain_redis_broker_is_given_the_transport(url: str, transport: str | None) -> None:
+    env = {**os.environ, "CELERY_BROKER_URL": url, "DJANGO_SETTINGS_MODULE": "config.settings.base"}
+    named = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import django; django.setup(); from django.conf import settings;"
+            " print(getattr(settings, 'CELERY_BROKER_TRANSPORT', None))",
+        ],
+        cwd=settings.BASE_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()[-1]
+    assert named == str(transport)
