@@ -200,8 +200,11 @@ def approval_record_decision(
     `approval_approve_if_quorum`'s save) stores it, in one UPDATE instead of two."""
     # One statement reads the decisions so far, which answer both "did you decide already?"
     # and the count of approvers, and inserts this one unless its person decided already
-    # (the approve POST is on the approver's clock).
-    earlier = sql.record_decision(
+    # (the approve POST is on the approver's clock). When the transaction holds the run's lock
+    # (the decisions lock it with the approval), it also answers whether another approval of
+    # the run is pending, which the run's resume asks next (kept as `others_pending_in_run`).
+    run_held = events.batch_holds_run(approval.run_id)
+    recorded = sql.record_decision(
         ApprovalDecision(
             approval=approval,
             user=user,
@@ -209,9 +212,10 @@ def approval_record_decision(
             reason=reason,
             summary_hash=approval.summary_hash,
             edit_diff=diff,
-        )
+        ),
+        run_id=approval.run_id if run_held else "",
     )
-    if earlier is None:
+    if recorded is None:
         raise DomainError(
             ALREADY_APPROVED_BY_YOU,
             f"You approved already; it needs {approval.required_approvers} different people.",
@@ -219,8 +223,11 @@ def approval_record_decision(
     # One decision per person (refused above), so counting decisions counts distinct people;
     # kept where `approvals_so_far` reads it, as the inbox's annotation is.
     approval.approved_count = sum(
-        1 for _, decided in [*earlier, (user.pk, kind)] if decided != ApprovalDecision.Kind.REJECT
+        1
+        for _, decided in [*recorded.earlier, (user.pk, kind)]
+        if decided != ApprovalDecision.Kind.REJECT
     )
+    approval.others_pending_in_run = recorded.others_pending
     events.append(
         run=approval.run,
         event_type="approval.decision_recorded",

@@ -5,7 +5,7 @@ tests/test_toolcalls_sql.py checks the answer against the ORM's."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db import DEFAULT_DB_ALIAS, connection, connections
 
@@ -57,38 +57,60 @@ def decisions_so_far(approval_id: str) -> list[tuple[int, str]]:
 # create` was a twentieth of the approve POST's CPU (bench_approve --profile), and each
 # statement is a round trip on the approver's clock. The id is the database's (serial), as the
 # ORM's. tests/test_decision_writes_sql.py proves the answer and the row equal the ORM's.
+#
+# With them, whether another approval of the approval's run is pending (a row of kind 2 when
+# one is): the run's resume after the decision asks it (toolcalls/lifecycle.py), which took a
+# statement of its own after the decision's writes. Every decision runs this after its lock
+# statement has locked the run (toolcalls/sql_decision.py lock_for_decision), so it starts
+# once that lock is granted and sees every decision that committed before; and no approval of
+# the run changes state while the lock is held (each change appends an event, which locks the
+# run), so it answers what a read at the resume would. This approval itself is left out: its
+# own decision changes its state later in the transaction.
 _RECORD = (
     "WITH earlier AS (SELECT user_id, decision, created_at, id FROM approvals_approvaldecision"
     " WHERE approval_id = %s), added AS (INSERT INTO {table} ({columns}) SELECT {values}"
     " WHERE NOT EXISTS (SELECT 1 FROM earlier WHERE user_id = %s) RETURNING {pk})"
     " SELECT 0, created_at, id, user_id, decision FROM earlier"
-    " UNION ALL SELECT 1, NULL, {pk}, NULL, NULL FROM added ORDER BY 1, 2, 3"
+    " UNION ALL SELECT 1, NULL, {pk}, NULL, NULL FROM added"
+    " UNION ALL SELECT 2, NULL, NULL, NULL, NULL WHERE EXISTS (SELECT 1 FROM approvals_approval p"
+    " WHERE p.run_id = %s AND p.state = 'pending' AND p.id <> %s) ORDER BY 1, 2, 3"
 )
 _RECORD_MADE: dict[Any, tuple[str, list[int]]] = {}
 
 
-def record_decision(decision: Any) -> list[tuple[int, str]] | None:
+def record_decision(decision: Any, run_id: str = "") -> Recorded | None:
     """The decisions recorded before `decision` on its approval, (user id, decision) oldest
     first; and `decision` saved (a new ApprovalDecision: its row inserted, `created_at` set, `id`
-    the row's), unless its person has a decision there already: then None, nothing written."""
+    the row's), unless its person has a decision there already: then None, nothing written.
+    With `run_id` (the approval's run, locked by this transaction already), on PostgreSQL,
+    also whether another approval of the run is pending (None otherwise: not asked)."""
     conn = connections[DEFAULT_DB_ALIAS]
     if conn.vendor != "postgresql":
         earlier = decisions_so_far(decision.approval_id)
         if any(user_id == decision.user_id for user_id, _ in earlier):
             return None
         decision.save(force_insert=True)
-        return earlier
+        return Recorded(earlier, None)
     plan = dbvalues.plan(type(decision), conn)
     statement, indexes = _RECORD_MADE.get(plan.model) or _record_statement(plan)
     params = [decision.approval_id, *plan.params(decision, indexes, True), decision.user_id]
     with conn.cursor() as cursor:
-        cursor.execute(statement, params)
+        cursor.execute(statement, [*params, run_id or None, decision.approval_id])
         rows = cursor.fetchall()
+    others_pending = bool(rows) and rows[-1][0] == 2
+    if others_pending:
+        rows.pop()
     if not rows or rows[-1][0] != 1:
         return None
     decision.pk = rows[-1][2]
     decision._state.adding, decision._state.db = False, conn.alias
-    return [(user_id, kind) for _, _, _, user_id, kind in rows[:-1]]
+    earlier = [(user_id, kind) for _, _, _, user_id, kind in rows[:-1]]
+    return Recorded(earlier, others_pending if run_id else None)
+
+
+class Recorded(NamedTuple):
+    earlier: list[tuple[int, str]]  # (user id, decision) of the decisions before, oldest first
+    others_pending: bool | None  # another approval of the run pending (None: not asked)
 
 
 def _record_statement(plan: dbvalues.Plan) -> tuple[str, list[int]]:

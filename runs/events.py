@@ -335,9 +335,10 @@ def batch_take_pending() -> list[Event]:
 
 def batch_holds_run(run_id: str) -> bool:
     """Whether this block's batch holds the run's lock (it locked the run and read its head,
-    or was told so by `batch_knows_head`): a statement on the run cannot wait for the lock."""
+    was told so by `batch_knows_head`, or was opened with the run `held`): a statement on the
+    run cannot wait for the lock."""
     current = _batch_here()
-    return current is not None and run_id in current.heads
+    return current is not None and (run_id in current.heads or run_id in current.held)
 
 
 def rfc8785_roundtrip(payload: dict[str, Any]) -> dict[str, Any]:

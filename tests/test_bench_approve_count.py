@@ -5,6 +5,7 @@ benchmark's autocommit, CaptureQueriesContext also counts the decision's BEGIN a
 
 from __future__ import annotations
 
+from django.contrib.messages.storage.cookie import CookieStorage
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
@@ -23,3 +24,24 @@ def test_it_counts_the_posts_statements_as_capture_queries_does(
     with CaptureQueriesContext(connection) as captured, connection.execute_wrapper(counted):
         assert decide(logged_in(approver), approval, "approve").status_code == 302
     assert counted.count == len(captured.captured_queries) > 10
+
+
+def test_the_posts_flash_is_in_the_cookie_the_benchmark_drops_after_each_click(
+    run: Run, sandbox: Sandbox, approver: User
+) -> None:
+    """bench_approve drops the messages cookie after each click, as the approval page a browser
+    is redirected to consumes the flash; kept, each POST decoded and re-signed every flash
+    before it. The flash is in that cookie (signed: one flash as long as the next), and nothing
+    else the next POST needs is."""
+    client = logged_in(approver)
+    first, second = (
+        Approval.objects.get(tool_call=propose_in(run, args, intent=intent))
+        for args, intent in ((BIG_REFUND, "a"), ({**BIG_REFUND, "order_id": "order-002"}, "b"))
+    )
+    assert decide(client, first, "approve").status_code == 302
+    one_flash = len(client.cookies[CookieStorage.cookie_name].value)
+    client.cookies.pop(CookieStorage.cookie_name)
+    assert decide(client, second, "approve").status_code == 302
+    assert len(client.cookies[CookieStorage.cookie_name].value) == one_flash
+    second.refresh_from_db()
+    assert second.state == "approved"

@@ -1,9 +1,10 @@
 """Two of the approve POST's round trips saved (issue 12: an approver's click). The decisions so far
 and the decision's INSERT are one statement (approvals/sql.py record_decision), which writes the
-row the ORM's `create` wrote; the run's resume in a decision asks "any approval still pending?"
-in the statement that locks the run, only when the transaction holds the run's lock already (its
-events' batch took it), and asks it after the lock, a statement apart, otherwise
-(toolcalls/lifecycle.py)."""
+row the ORM's `create` wrote, and which answers "another approval of the run still pending?" for
+the decision's resume when the run is locked already (the decision's lock statement took it);
+otherwise the run's resume asks "any approval still pending?" in the statement that locks the
+run, only when the transaction holds the run's lock already (its events' batch took it), and
+asks it after the lock, a statement apart, otherwise (toolcalls/lifecycle.py)."""
 
 from __future__ import annotations
 
@@ -48,10 +49,11 @@ def test_the_decision_is_read_and_written_in_one_statement_as_the_orm_did(
     by_orm = ApprovalDecision.objects.create(user=approver, **fields)
     written = ApprovalDecision(user=bob, **fields)
     with CaptureQueriesContext(connection) as queries:
-        earlier = approvals_sql.record_decision(written)
+        recorded = approvals_sql.record_decision(written)
 
     assert len(queries) == 1
-    assert earlier == [(approver.pk, "approve_with_edits")]
+    assert recorded.earlier == [(approver.pk, "approve_with_edits")]
+    assert recorded.others_pending is None  # no run named: not asked
     assert written.pk is not None and written.pk > by_orm.pk
     assert not written._state.adding
     stored = ApprovalDecision.objects.get(pk=written.pk)
@@ -70,7 +72,7 @@ def test_the_first_decision_finds_none_before_it_and_stores_null_without_an_edit
     written = ApprovalDecision(
         approval=waiting, user=approver, decision="approve", summary_hash=waiting.summary_hash
     )
-    assert approvals_sql.record_decision(written) == []
+    assert approvals_sql.record_decision(written) == ([], None)
     assert ApprovalDecision.objects.filter(
         pk=written.pk, edit_diff__isnull=True, reason=""
     ).exists()
@@ -136,3 +138,28 @@ def test_with_the_runs_lock_held_one_statement_locks_and_asks(run: Run, waiting:
         assert "FOR UPDATE" in asked[0] and "approvals_approval" in asked[0]
     run.refresh_from_db()
     assert run.state == Run.State.ACTIVE
+
+
+def test_the_decision_also_answers_whether_another_approval_of_its_run_is_pending(
+    run: Run, waiting: Approval, approver: User, bob: User
+) -> None:
+    """Asked with the run named (the decision holds its lock): the approval decided is left
+    out, another of the run's still pending counts, as approval_pending_in_run would count it
+    once the decision's own UPDATE made this one approved."""
+    other = Approval.objects.get(tool_call=propose_in(run, {**BIG_REFUND, "order_id": "order-002"}))
+
+    def record(user: User) -> approvals_sql.Recorded:
+        decision = ApprovalDecision(
+            approval=waiting, user=user, decision="approve", summary_hash=waiting.summary_hash
+        )
+        with CaptureQueriesContext(connection) as queries:
+            recorded = approvals_sql.record_decision(decision, run_id=run.pk)
+        assert len(queries) == 1
+        return recorded
+
+    assert record(approver) == ([], True)  # `other` is pending
+    Approval.objects.filter(pk=other.pk).update(state="rejected")
+    # Only `waiting` itself is pending now, and it is not counted.
+    assert record(bob) == ([(approver.pk, "approve")], False)
+    Approval.objects.filter(pk=waiting.pk).update(state="approved")
+    assert toolcalls_sql.approval_pending_in_run(run.pk) is False

@@ -236,7 +236,10 @@ def tool_call_follow_approval(
             return
     else:
         return
-    lifecycle.run_resume_if_unblocked(run_id=call.run_id, actor=actor, producer=producer)
+    known = lifecycle.decided_run(approval, call)  # the decision's: nothing read again
+    lifecycle.run_resume_if_unblocked(
+        run_id=call.run_id, actor=actor, producer=producer, known=known
+    )
 
 
 # --- people's commands ----------------------------------------------------------------------

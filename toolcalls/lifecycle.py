@@ -48,10 +48,14 @@ def run_hand_to_human(*, run_id: str, actor: str, producer: str, reason: str) ->
     return run_transition(run, "hand_to_human", actor=actor, producer=producer, reason=reason)
 
 
-def run_resume_if_unblocked(*, run_id: str, actor: str, producer: str) -> None:
+def run_resume_if_unblocked(
+    *, run_id: str, actor: str, producer: str, known: tuple[Run, bool] | None = None
+) -> None:
     """The one rule for going on by itself: a waiting run resumes once no approval of it is
-    pending; a run handed to a person resumes once none of its outcomes is unknown."""
-    run, pending = _run_and_pending(run_id)
+    pending; a run handed to a person resumes once none of its outcomes is unknown. `known`:
+    the run as this transaction locked it and whether an approval of it is pending, when the
+    caller read both after the lock (a decision: toolcalls/gate.py); then nothing is read."""
+    run, pending = (known[0], lambda: known[1]) if known else _run_and_pending(run_id)
     if run.state == Run.State.WAITING:
         if pending():
             return
@@ -66,6 +70,20 @@ def run_resume_if_unblocked(*, run_id: str, actor: str, producer: str) -> None:
             producer=producer,
             reason="every unknown outcome is resolved",
         )
+
+
+def decided_run(approval: Approval, call: ToolCall) -> tuple[Run, bool] | None:
+    """For a decision's resume: (the run, whether another approval of it is pending) when the
+    decision read both with the run locked — the run by its lock statement (sql_decision.
+    lock_for_decision: as it is once the lock was granted; nothing in the decision writes it),
+    the question by its decision's statement (approvals/sql.py record_decision, which starts
+    after that lock). Between that statement and the resume the decision changes no other
+    approval of the run. None: `run_resume_if_unblocked` asks after the lock itself."""
+    pending = approval.__dict__.get("others_pending_in_run")
+    run = ToolCall.run.field.get_cached_value(call, default=None)
+    if pending is None or run is None or not events.batch_holds_run(call.run_id):
+        return None
+    return run, pending
 
 
 def _run_and_pending(run_id: str) -> tuple[Run, Callable[[], bool]]:

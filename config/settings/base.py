@@ -242,6 +242,11 @@ EVAL_TRACE_SETTLE_SECONDS = float(os.environ.get("EVAL_TRACE_SETTLE_SECONDS", "6
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "memory://localhost/")
 # True when no broker is configured: the worker and beat run inside the web process.
 EMBEDDED = CELERY_BROKER_URL.startswith("memory://")
+if CELERY_BROKER_URL.startswith("redis://"):
+    # kombu's Redis transport, keeping one client object per channel (config/broker.py): it
+    # made one per publish, a third of the approve POST's publish. Not for rediss://: kombu
+    # turns TLS on from the URL's scheme only when the transport is named by it.
+    CELERY_BROKER_TRANSPORT = "config.broker:Transport"
 # Results live in the database as events; nothing reads Celery's result backend.
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_RESULT_BACKEND = None

@@ -23,14 +23,15 @@ from toolcalls.models import Webhook
 # check's read of the object's other calls, before any lock, in one statement (1:
 # toolcalls/sql_decision.py, decision_read; two queries before); SAVEPOINT, the approval, the
 # call and the run locked with whether a webhook wants the decision, in one statement (2:
-# lock_for_decision; four queries before); the decisions so far with the new one's INSERT (1:
-# approvals/sql.py record_decision; two before); the run's chain head (1: its lock is held, so
-# the events' batch only reads it; two before); the approval's and the call's UPDATE, the
-# dispatch's outbox message (3); the run (locked already) with "any approval still pending?"
-# (1: toolcalls/sql_decision.py held_run_and_pending; two queries before), the run's UPDATE
-# (1); the four events in one INSERT (1); the decision counted in the approval latency counts,
-# a projection the dashboard reads (1); RELEASE SAVEPOINT (1).
-APPROVE_QUERIES = 15
+# lock_for_decision; four queries before); the decisions so far with the new one's INSERT and
+# "another approval of the run still pending?" (1: approvals/sql.py record_decision; three
+# before); the run's chain head (1: its lock is held, so the events' batch only reads it; two
+# before); the approval's and the call's UPDATE, the dispatch's outbox message (3); the run's
+# UPDATE (1: the run as the lock loaded it, and the pending question answered already: two
+# queries before the s16 round, one until s18); the four events in one INSERT (1); the
+# decision counted in the approval latency counts, a projection the dashboard reads (1);
+# RELEASE SAVEPOINT (1).
+APPROVE_QUERIES = 14
 
 
 def click(client: Client, approval: Approval, action: str, **fields: Any) -> int:
@@ -86,6 +87,6 @@ def test_the_first_of_two_approvers_costs_fewer(run: Run, sandbox: Sandbox, appr
 
 def test_a_reject_costs_its_fixed_queries(waiting: Approval, approver: User) -> None:
     # As an approve that reaches quorum, less the authorization's writes.
-    assert click(logged_in(approver), waiting, "reject", reason="not eligible") == 14
+    assert click(logged_in(approver), waiting, "reject", reason="not eligible") == 13
     waiting.refresh_from_db()
     assert waiting.state == "rejected"
