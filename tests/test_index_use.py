@@ -19,7 +19,6 @@ EXPECTED = {
     "runs_event": {
         "runs_event_pkey": "an event by id (the audit trail's links)",
         "event_unique_seq_per_run": "the run's chain head and its events in order",
-        "event_unique_hash": "the chain: no two events with one hash",
         "runs_event_tenant__95d187_idx": "the tenant's events by time (eval traces)",
         "event_tool_call_seq": "a call's last event (its next event's cause)",
         "event_decision": "a decision's events (only events with one)",
