@@ -5,6 +5,7 @@ tests/test_toolcalls_sql.py checks the answer against the ORM's."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connection, connections
@@ -32,6 +33,21 @@ def pending_count(tenant_id: int) -> int:
     with connection.cursor() as cursor:
         cursor.execute(_PENDING, [tenant_id])
         return cursor.fetchone()[0]
+
+
+# What the inbox's poll compares (approvals/selectors.py inbox_state): COUNT(*) and the
+# newest updated_at, both from the approval_changed index alone.
+_INBOX_STATE = (
+    "SELECT count(*), max(updated_at) FROM approvals_approval"
+    " WHERE tenant_id = %s AND state = 'pending'"
+)
+
+
+def inbox_state(tenant_id: int) -> tuple[int, datetime | None]:
+    with connection.cursor() as cursor:
+        cursor.execute(_INBOX_STATE, [tenant_id])
+        count, latest = cursor.fetchone()
+    return count, latest
 
 
 # The decisions so far on one approval, as `approval.decisions.values_list(...)` reads them

@@ -35,7 +35,8 @@ def inbox(request: HttpRequest) -> HttpResponse:
     page = _page_number(request.GET.get("page", ""))
     # Every open tab polls this every 2 s: when nothing pending changed, one small query
     # answers and htmx swaps nothing (204).
-    seen = selectors.inbox_state(tenant=tenant).token(now)
+    state = selectors.inbox_state(tenant=tenant)
+    seen = state.token(now)
     if request.htmx and request.GET.get("seen") == seen:
         return HttpResponse(status=204)
     offset = (page - 1) * INBOX_PAGE_SIZE
@@ -52,7 +53,9 @@ def inbox(request: HttpRequest) -> HttpResponse:
         "last_number": offset + len(rows[:INBOX_PAGE_SIZE]),
         "next_page": page + 1 if len(rows) > INBOX_PAGE_SIZE else None,
         "previous_page": page - 1 if page > 1 else None,
-        "total": int(seen.split("-", 1)[0]),
+        "total": state.count,
+        # The navigation's count: the same count, read once (approvals/context_processors.py).
+        "pending_approvals": state.count,
     }
     template = "approvals/inbox.html#inbox" if request.htmx else "approvals/inbox.html"
     return render(request, template, context)

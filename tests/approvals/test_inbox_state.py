@@ -1,0 +1,79 @@
+"""The inbox's state (what its poll compares) is read by written-out SQL that reads what the
+ORM's aggregate read; the navigation's count of pending approvals is read only by a page that
+shows it, and once on the inbox's page, which reads that count already."""
+
+from __future__ import annotations
+
+import re
+
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+
+from approvals import selectors
+from approvals.models import Approval
+from runs.models import Run, Tenant, User
+from tests.helpers import BIG_REFUND, logged_in, propose_in
+from tests.sandbox_process import Sandbox
+
+HTMX = {"HX-Request": "true"}
+
+
+def _pending(run: Run, how_many: int) -> None:
+    for n in range(how_many):
+        propose_in(run, {**BIG_REFUND, "amount_cents": 20_100 + n}, intent=f"i{n}")
+
+
+def test_the_inbox_state_reads_what_the_orm_reads(
+    tenant: Tenant, other_tenant: Tenant, run: Run, sandbox: Sandbox
+) -> None:
+    assert selectors.inbox_state(tenant=tenant) == selectors.inbox_state_orm(tenant=tenant)
+    assert selectors.inbox_state(tenant=tenant).latest is None
+    _pending(run, 3)
+    # One no longer pending, and one of it moved later: neither is the state's.
+    first, second, _ = Approval.objects.filter(tenant=tenant).order_by("id")
+    Approval.objects.filter(pk=first.pk).update(state=Approval.State.EXPIRED)
+    state = selectors.inbox_state(tenant=tenant)
+    assert state == selectors.inbox_state_orm(tenant=tenant)
+    assert state.count == 2
+    assert selectors.inbox_state(tenant=other_tenant) == selectors.inbox_state_orm(
+        tenant=other_tenant
+    )
+    assert selectors.inbox_state(tenant=other_tenant).count == 0
+
+
+def _counts(client: Client, path: str, headers: dict[str, str]) -> tuple[int, str]:
+    """How many statements counted pending approvals, and the page."""
+    with CaptureQueriesContext(connection) as captured:
+        response = client.get(path, headers=headers)
+    assert response.status_code == 200
+    counted = [
+        q["sql"]
+        for q in captured.captured_queries
+        if re.match(r"(?i)select count\(\*\).* FROM approvals_approval ", q["sql"])
+    ]
+    return len(counted), response.content.decode()
+
+
+def _nav_count(page: str) -> str:
+    return re.search(r'id="nav-approvals-count"[^>]*>(\d+)<', page).group(1)
+
+
+def test_the_navigation_counts_pending_approvals_only_where_it_shows(
+    run: Run, approver: User, sandbox: Sandbox
+) -> None:
+    _pending(run, 2)
+    alice = logged_in(approver)
+    alice.get("/runs/")  # the session and the person are read once, not counted
+    counted, page = _counts(alice, "/runs/", {})
+    assert (counted, _nav_count(page)) == (1, "2")
+    # The inbox's page counts once, for its own list and the navigation both.
+    counted, page = _counts(alice, "/approvals/", {})
+    assert (counted, _nav_count(page)) == (1, "2")
+    # Its poll swaps the count out of band from the same count; the approval banner's poll
+    # has no navigation and counts nothing.
+    counted, page = _counts(alice, "/approvals/", HTMX)
+    assert (counted, _nav_count(page)) == (1, "2")
+    approval = Approval.objects.filter(run=run).first()
+    counted, page = _counts(alice, f"/approvals/{approval.pk}/", HTMX)
+    assert counted == 0 and "nav-approvals-count" not in page
