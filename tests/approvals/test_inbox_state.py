@@ -5,10 +5,12 @@ shows it, and once on the inbox's page, which reads that count already."""
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from approvals import selectors
 from approvals.models import Approval
@@ -30,12 +32,14 @@ def test_the_inbox_state_reads_what_the_orm_reads(
     assert selectors.inbox_state(tenant=tenant) == selectors.inbox_state_orm(tenant=tenant)
     assert selectors.inbox_state(tenant=tenant).latest is None
     _pending(run, 3)
-    # One no longer pending, and one of it moved later: neither is the state's.
-    first, second, _ = Approval.objects.filter(tenant=tenant).order_by("id")
-    Approval.objects.filter(pk=first.pk).update(state=Approval.State.EXPIRED)
+    # One no longer pending, changed after the others: neither its count nor its time is the
+    # state's.
+    first = Approval.objects.filter(tenant=tenant).order_by("id").first()
+    later = timezone.now() + timedelta(hours=1)
+    Approval.objects.filter(pk=first.pk).update(state=Approval.State.EXPIRED, updated_at=later)
     state = selectors.inbox_state(tenant=tenant)
     assert state == selectors.inbox_state_orm(tenant=tenant)
-    assert state.count == 2
+    assert state.count == 2 and state.latest < later
     assert selectors.inbox_state(tenant=other_tenant) == selectors.inbox_state_orm(
         tenant=other_tenant
     )
