@@ -41,7 +41,7 @@ def inbox(request: HttpRequest) -> HttpResponse:
         return HttpResponse(status=204)
     offset = (page - 1) * INBOX_PAGE_SIZE
     # One row more than a page says whether a next page exists, without counting.
-    rows = list(selectors.inbox(tenant=tenant)[offset : offset + INBOX_PAGE_SIZE + 1])
+    rows = selectors.inbox_page(tenant=tenant, offset=offset, limit=INBOX_PAGE_SIZE + 1)
     context = {
         "approvals": rows[:INBOX_PAGE_SIZE],
         "rows": inbox_rows(rows[:INBOX_PAGE_SIZE], now=now),

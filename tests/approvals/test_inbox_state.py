@@ -13,7 +13,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from approvals import selectors
-from approvals.models import Approval
+from approvals.models import Approval, ApprovalDecision
 from runs.models import Run, Tenant, User
 from tests.helpers import BIG_REFUND, logged_in, propose_in
 from tests.sandbox_process import Sandbox
@@ -81,3 +81,34 @@ def test_the_navigation_counts_pending_approvals_only_where_it_shows(
     approval = Approval.objects.filter(run=run).first()
     counted, page = _counts(alice, f"/approvals/{approval.pk}/", HTMX)
     assert counted == 0 and "nav-approvals-count" not in page
+
+
+def test_a_page_of_the_inbox_reads_what_the_orm_reads(
+    tenant: Tenant, other_tenant: Tenant, run: Run, approver: User, bob: User, sandbox: Sandbox
+) -> None:
+    _pending(run, 6)
+    approvals = list(Approval.objects.filter(tenant=tenant).order_by("id"))
+    # Ties on the time left, broken by risk and then id; one no longer pending.
+    soon = timezone.now() + timedelta(minutes=30)
+    for approval, risk in zip(approvals[:4], ("low", "high", "medium", "high"), strict=True):
+        Approval.objects.filter(pk=approval.pk).update(expires_at=soon, risk=risk)
+    Approval.objects.filter(pk=approvals[5].pk).update(state=Approval.State.EXPIRED)
+    # Approvals so far count approvals, not rejections.
+    for approval, user, kind in (
+        (approvals[0], approver, "approve"),
+        (approvals[0], bob, "approve"),
+        (approvals[1], approver, "reject"),
+        (approvals[2], bob, "approve"),
+    ):
+        ApprovalDecision.objects.create(
+            approval=approval, user=user, decision=kind, summary_hash=approval.summary_hash
+        )
+    Run.objects.filter(pk=run.pk).update(title='Refunds <& "notices">')
+    for offset, limit in ((0, 51), (0, 2), (2, 2), (4, 51), (9, 5)):
+        page = selectors.inbox_page(tenant=tenant, offset=offset, limit=limit)
+        assert page == selectors.inbox_page_orm(tenant=tenant, offset=offset, limit=limit)
+    page = selectors.inbox_page(tenant=tenant, offset=0, limit=51)
+    assert [row.risk for row in page[:4]] == ["high", "high", "medium", "low"]
+    assert {row.id: row.approvals_so_far for row in page}[approvals[0].pk] == 2
+    assert len(page) == 5 and (page[0].id, page[0].args) == (approvals[1].pk, approvals[1].args)
+    assert selectors.inbox_page(tenant=other_tenant, offset=0, limit=51) == []
