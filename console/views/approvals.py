@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from django.contrib import messages
+from django.db import connection
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
@@ -17,11 +18,11 @@ from django.views.decorators.http import require_POST
 from approvals import selectors
 from approvals.models import Approval
 from console import approval_page as page
-from console import formatting
+from console import formatting, sql
 from console.inbox_rows import inbox_rows
 from console.views.approval_edit import preview_from_post
 from memory.feedback import approval_feedback
-from runs.errors import DomainError
+from runs.errors import DomainError, not_found
 from runs.permissions import tenant_member_required
 from toolcalls import capabilities, gate
 from toolcalls.checks import edit_value, invalid
@@ -126,10 +127,16 @@ def _page_context(request: HttpRequest, approval: Approval, **extra: Any) -> dic
 
 
 def _get(request: HttpRequest, approval_id: str) -> Approval:
-    try:
-        return selectors.approval_get(tenant=request.user.tenant, approval_id=approval_id)
-    except DomainError as exc:
-        raise Http404(exc.message) from exc
+    if connection.vendor != "postgresql":
+        try:
+            return selectors.approval_get(tenant=request.user.tenant, approval_id=approval_id)
+        except DomainError as exc:
+            raise Http404(exc.message) from exc
+    # The same read written out (console/sql.py): every open approval page asks for it.
+    approval = sql.approval_for_page(tenant_id=request.user.tenant_id, approval_id=approval_id)
+    if approval is None:
+        raise Http404(not_found("approval", approval_id).message)
+    return approval
 
 
 @tenant_member_required
