@@ -27,8 +27,11 @@ def _squeeze(html: str) -> str:
 def _rows(now) -> list[dict]:
     def row(n: int, execution: str, verification: str, **fields) -> dict:
         call = ToolCall(
-            id=f"tc_{n}", run_id=f"run_{n}", execution_status=execution,
-            verification_status=verification, created_at=now - timedelta(minutes=7 * n),
+            id=f"tc_{n}",
+            run_id=f"run_{n}",
+            execution_status=execution,
+            verification_status=verification,
+            created_at=now - timedelta(minutes=7 * n),
         )
         return {"call": call, "identical": False, "amount_text": "", **fields}
 
