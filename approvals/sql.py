@@ -5,10 +5,12 @@ tests/test_toolcalls_sql.py checks the answer against the ORM's."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, NamedTuple
 
 from django.db import DEFAULT_DB_ALIAS, connection, connections
 
+from approvals.models import Approval
 from runs import dbvalues
 
 _NEWEST = (
@@ -32,6 +34,47 @@ def pending_count(tenant_id: int) -> int:
     with connection.cursor() as cursor:
         cursor.execute(_PENDING, [tenant_id])
         return cursor.fetchone()[0]
+
+
+# What the inbox's poll compares (approvals/selectors.py inbox_state): COUNT(*) and the
+# newest updated_at, both from the approval_changed index alone.
+_INBOX_STATE = (
+    "SELECT count(*), max(updated_at) FROM approvals_approval"
+    " WHERE tenant_id = %s AND state = 'pending'"
+)
+
+
+def inbox_state(tenant_id: int) -> tuple[int, datetime | None]:
+    with connection.cursor() as cursor:
+        cursor.execute(_INBOX_STATE, [tenant_id])
+        count, latest = cursor.fetchone()
+    return count, latest
+
+
+# A page of the inbox (approvals/selectors.py inbox_page), the columns its rows show, in the
+# order of selectors.inbox: the ORM's compiling of that query, its subquery and two joins,
+# and the 51 approvals and runs it made were two fifths of the inbox's CPU (bench_pages
+# --profile inbox). The order starts with the index (tenant, state, expires_at).
+_INBOX_PAGE = (
+    "SELECT a.id, c.capability_id, a.args, a.summary, a.risk,"
+    " (SELECT count(*) FROM approvals_approvaldecision d"
+    "  WHERE d.approval_id = a.id AND d.decision <> 'reject'),"
+    " a.required_approvers, a.expires_at, a.rule_name, a.policy_version, a.run_id, r.title"
+    " FROM approvals_approval a JOIN toolcalls_toolcall c ON c.id = a.tool_call_id"
+    " JOIN runs_run r ON r.id = a.run_id"
+    " WHERE a.tenant_id = %s AND a.state = 'pending'"
+    " ORDER BY a.expires_at, CASE a.risk WHEN 'high' THEN 0 WHEN 'medium' THEN 1 ELSE 2 END, a.id"
+    " LIMIT %s OFFSET %s"
+)
+
+
+def inbox_page(tenant_id: int, offset: int, limit: int) -> list[tuple]:
+    """The columns of selectors.InboxRow, the arguments decoded as the ORM decodes them."""
+    with connection.cursor() as cursor:
+        cursor.execute(_INBOX_PAGE, [tenant_id, limit, offset])
+        rows = cursor.fetchall()
+    decode = Approval._meta.get_field("args").from_db_value
+    return [(*row[:2], decode(row[2], None, connection), *row[3:]) for row in rows]
 
 
 # The decisions so far on one approval, as `approval.decisions.values_list(...)` reads them

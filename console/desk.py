@@ -12,13 +12,13 @@ from django.db import connection
 from django.db.models import Count, Exists, OuterRef, Prefetch, Q, QuerySet, Subquery
 from django.utils import timezone
 from django.utils.safestring import SafeString
-from django.utils.timesince import TIME_STRINGS, timesince
+from django.utils.timesince import timesince
 
 from approvals.models import Approval, ApprovalDecision
 from console import sql
 from console.formatting import escaped as _h
 from console.formatting import html_of as _join
-from console.formatting import url_pattern
+from console.formatting import time_units, url_pattern
 from runs.models import Event, Run, Tenant
 from toolcalls import capabilities
 from toolcalls.models import DESK_STATUSES, E, Receipt, ToolCall, V
@@ -341,7 +341,7 @@ def desk_rows(items: list[DeskItem], *, user_id: int, csrf_input: str) -> str:
     run_url = _h(url_pattern("runs:detail"))
     resume_url = _h(url_pattern("desk:resume-run"))
     zone = timezone.get_current_timezone()
-    units = _dwell_units()
+    units = time_units()
     rows = []
     for item in items:
         # What localtime() and the date filter's "c" do, with the time zone read once a page.
@@ -365,29 +365,6 @@ def desk_rows(items: list[DeskItem], *, user_id: int, csrf_input: str) -> str:
             f"        <td>{last}</td>\n      </tr>"
         )
     return "\n".join(rows)
-
-
-class _Unit:
-    """One of timesince's units ("%(num)d minute"/"minutes"), translated once a page for each
-    number rather than once a row: its lazy translation was most of timesince's cost."""
-
-    __slots__ = ("lazy", "texts")
-
-    def __init__(self, lazy: Any) -> None:
-        self.lazy = lazy
-        self.texts: dict[int, str] = {}
-
-    def __mod__(self, args: dict[str, int]) -> str:
-        num = args["num"]
-        text = self.texts.get(num)
-        if text is None:
-            text = self.texts[num] = self.lazy % args
-        return text
-
-
-def _dwell_units() -> dict[str, _Unit]:
-    """timesince's `time_strings` for one page (in the language active for it)."""
-    return {name: _Unit(lazy) for name, lazy in TIME_STRINGS.items()}
 
 
 _RESUME = (

@@ -14,14 +14,14 @@ from django.utils.safestring import SafeString, mark_safe
 from django.utils.timesince import timeuntil
 from django.utils.timezone import localtime
 
-from approvals.models import Approval
+from approvals.selectors import InboxRow
 from console.formatting import escaped as _h
 from console.formatting import summary_text, url_pattern
 
 
-def inbox_rows(approvals: Iterable[Approval], *, now: datetime) -> SafeString:
-    """Writes what templates/approvals/inbox.html's loop wrote for each approval (its run
-    read with it: select_related)."""
+def inbox_rows(approvals: Iterable[InboxRow], *, now: datetime) -> SafeString:
+    """Writes what templates/approvals/inbox.html's loop wrote for each approval (with its
+    run's title: approvals/selectors.py inbox_page)."""
     detail_url = url_pattern("approvals:detail")
     run_url = url_pattern("runs:detail")
     rows = []
@@ -41,7 +41,7 @@ def inbox_rows(approvals: Iterable[Approval], *, now: datetime) -> SafeString:
             "</td>\n"
             f'<td data-label="Rule">{_h(a.rule_name)} <span class="muted">(policy '
             f"v{_h(a.policy_version)})</span></td>\n"
-            f'<td data-label="Run"><a href="{_h(run_url.format(a.run_id))}">{_h(a.run.title)}'
+            f'<td data-label="Run"><a href="{_h(run_url.format(a.run_id))}">{_h(a.run_title)}'
             "</a></td>\n</tr>"
         )
     return mark_safe("\n".join(rows))  # every value above went through _h or conditional_escape

@@ -8,10 +8,10 @@ nothing is enqueued. It may come after the run ended.
 
 from __future__ import annotations
 
-from django.db import transaction
+from django.db import connection, transaction
 
 from approvals.models import Approval
-from memory import errors
+from memory import errors, sql
 from memory.models import Feedback
 from runs import events
 from runs.errors import DomainError
@@ -108,10 +108,22 @@ def _not_in_run(run: Run, subject_kind: str, subject_id: str) -> DomainError:
 
 
 def run_feedback(*, run: Run) -> list[Feedback]:
+    if connection.vendor == "postgresql":
+        return sql.feedback(run.pk)  # the same read, written out
+    return run_feedback_orm(run=run)
+
+
+def run_feedback_orm(*, run: Run) -> list[Feedback]:
     return list(Feedback.objects.filter(run=run).order_by("id"))
 
 
 def approval_feedback(*, approval: Approval) -> list[Feedback]:
+    if connection.vendor == "postgresql":
+        return sql.feedback(approval.run_id, (Feedback.Subject.APPROVAL, approval.pk))
+    return approval_feedback_orm(approval=approval)
+
+
+def approval_feedback_orm(*, approval: Approval) -> list[Feedback]:
     return list(
         Feedback.objects.filter(
             run_id=approval.run_id, subject_kind=Feedback.Subject.APPROVAL, subject_id=approval.pk

@@ -30,17 +30,24 @@ def run_for_page(*, tenant: Tenant, run_id: str) -> Run:
     """The run for its console page, with its API key and the key's person (the page names
     them) and, as `last_seq`, the sequence number of its latest event (0 before any): one
     query, which is all a poll of an unchanged run reads besides the person."""
+    if connection.vendor == "postgresql":
+        run = sql.run_for_page(tenant.pk, run_id)  # the same read, written out
+    else:
+        run = run_for_page_orm(tenant=tenant, run_id=run_id)
+    if run is None:
+        raise not_found("run", run_id)
+    logcontext.bind(run_id=run.pk, correlation_id=run.correlation_id)  # for logs and spans
+    return run
+
+
+def run_for_page_orm(*, tenant: Tenant, run_id: str) -> Run | None:
     last_seq = Event.objects.filter(run=OuterRef("pk")).order_by("-seq").values("seq")[:1]
-    run = (
+    return (
         Run.objects.select_related("api_key__principal")
         .annotate(last_seq=Coalesce(Subquery(last_seq), 0))
         .filter(tenant=tenant, pk=run_id)
         .first()
     )
-    if run is None:
-        raise not_found("run", run_id)
-    logcontext.bind(run_id=run.pk, correlation_id=run.correlation_id)  # for logs and spans
-    return run
 
 
 def run_get(*, tenant: Tenant, run_id: str) -> Run:

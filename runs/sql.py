@@ -416,3 +416,48 @@ def person_read(user_id: Any) -> User | None:
     tenant = None if person.tenant_id is None else _make(Tenant, row[first:])
     User.tenant.field.set_cached_value(person, tenant)
     return person
+
+
+# --- the run page's run (runs/selectors.py run_for_page) -------------------------------------
+# The run with its API key and the key's person, and its latest event's sequence number, as
+# run_for_page's select_related and subquery read them: compiling that query was the largest
+# single part of the run page's CPU, and all a poll of an unchanged run reads besides the
+# person (bench_pages --profile "run page").
+_PAGE_MODELS = (Run, ApiKey, User)
+
+
+def _page_columns(model: Any, alias: str) -> str:
+    return ", ".join(f'{alias}."{field.column}"' for field in model._meta.concrete_fields)
+
+
+_RUN_PAGE = (
+    f"SELECT {_page_columns(Run, 'r')}, {_page_columns(ApiKey, 'k')}, {_page_columns(User, 'u')},"
+    f' COALESCE((SELECT e.seq FROM "{Event._meta.db_table}" e WHERE e.run_id = r.id'
+    " ORDER BY e.seq DESC LIMIT 1), 0)"
+    f' FROM "{Run._meta.db_table}" r LEFT JOIN {ApiKey._meta.db_table} k ON k.id = r.api_key_id'
+    f" LEFT JOIN {User._meta.db_table} u ON u.id = k.principal_id"
+    " WHERE r.tenant_id = %s AND r.id = %s"
+)
+
+
+def run_for_page(tenant_id: int, run_id: str) -> Run | None:
+    """The tenant's run `run_id` with its API key (None without one) and the key's person
+    (None without one) cached, and `last_seq`; None when the tenant has no such run."""
+    with connection.cursor() as cursor:
+        cursor.execute(_RUN_PAGE, [tenant_id, run_id])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    conn, objects, start = connections[DEFAULT_DB_ALIAS], [], 0
+    for model in _PAGE_MODELS:
+        end = start + len(model._meta.concrete_fields)
+        objects.append(dbvalues.from_row(model, conn, row[start:end]))
+        start = end
+    run, key, person = objects
+    if run.api_key_id is None:
+        key = None
+    else:
+        ApiKey.principal.field.set_cached_value(key, person if key.principal_id else None)
+    Run.api_key.field.set_cached_value(run, key)
+    run.last_seq = row[-1]
+    return run

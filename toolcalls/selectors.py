@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from django.db import connection
 from django.db.models import Prefetch, Q, QuerySet, prefetch_related_objects
 
 from runs.errors import not_found
 from runs.models import Event, Run, Tenant
-from toolcalls import sql
+from toolcalls import sql, sql_pages
 from toolcalls.models import E, ToolCall, WebhookDelivery
 
 
@@ -113,7 +114,31 @@ def calls_on_object(
 ) -> list[ToolCall]:
     """The tenant's other calls on one object (of one capability, when named) that are still
     open, or that changed since `since`: what an approver should see before approving the
-    same thing twice. Newest first; one query on the (tenant, object_ref) index."""
+    same thing twice. Newest first; one query on the toolcall_obj index, written out on
+    PostgreSQL (toolcalls/sql.py)."""
+    if connection.vendor == "postgresql":
+        return sql_pages.calls_on_object(
+            tenant.pk, object_ref, since, capability_id, exclude, limit
+        )
+    return calls_on_object_orm(
+        tenant=tenant,
+        object_ref=object_ref,
+        since=since,
+        capability_id=capability_id,
+        exclude=exclude,
+        limit=limit,
+    )
+
+
+def calls_on_object_orm(
+    *,
+    tenant: Tenant,
+    object_ref: str,
+    since: datetime,
+    capability_id: str | None = None,
+    exclude: str | None = None,
+    limit: int = 20,
+) -> list[ToolCall]:
     calls = ToolCall.objects.filter(tenant=tenant, object_ref=object_ref).filter(
         ~Q(execution_status__in=ToolCall.FINAL_EXECUTION) | Q(updated_at__gte=since)
     )

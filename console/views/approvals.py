@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from django.contrib import messages
+from django.db import connection
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
@@ -17,11 +18,11 @@ from django.views.decorators.http import require_POST
 from approvals import selectors
 from approvals.models import Approval
 from console import approval_page as page
-from console import formatting
+from console import formatting, sql
 from console.inbox_rows import inbox_rows
 from console.views.approval_edit import preview_from_post
 from memory.feedback import approval_feedback
-from runs.errors import DomainError
+from runs.errors import DomainError, not_found
 from runs.permissions import tenant_member_required
 from toolcalls import capabilities, gate
 from toolcalls.checks import edit_value, invalid
@@ -35,12 +36,13 @@ def inbox(request: HttpRequest) -> HttpResponse:
     page = _page_number(request.GET.get("page", ""))
     # Every open tab polls this every 2 s: when nothing pending changed, one small query
     # answers and htmx swaps nothing (204).
-    seen = selectors.inbox_state(tenant=tenant).token(now)
+    state = selectors.inbox_state(tenant=tenant)
+    seen = state.token(now)
     if request.htmx and request.GET.get("seen") == seen:
         return HttpResponse(status=204)
     offset = (page - 1) * INBOX_PAGE_SIZE
     # One row more than a page says whether a next page exists, without counting.
-    rows = list(selectors.inbox(tenant=tenant)[offset : offset + INBOX_PAGE_SIZE + 1])
+    rows = selectors.inbox_page(tenant=tenant, offset=offset, limit=INBOX_PAGE_SIZE + 1)
     context = {
         "approvals": rows[:INBOX_PAGE_SIZE],
         "rows": inbox_rows(rows[:INBOX_PAGE_SIZE], now=now),
@@ -52,7 +54,9 @@ def inbox(request: HttpRequest) -> HttpResponse:
         "last_number": offset + len(rows[:INBOX_PAGE_SIZE]),
         "next_page": page + 1 if len(rows) > INBOX_PAGE_SIZE else None,
         "previous_page": page - 1 if page > 1 else None,
-        "total": int(seen.split("-", 1)[0]),
+        "total": state.count,
+        # The navigation's count: the same count, read once (approvals/context_processors.py).
+        "pending_approvals": state.count,
     }
     template = "approvals/inbox.html#inbox" if request.htmx else "approvals/inbox.html"
     return render(request, template, context)
@@ -123,10 +127,16 @@ def _page_context(request: HttpRequest, approval: Approval, **extra: Any) -> dic
 
 
 def _get(request: HttpRequest, approval_id: str) -> Approval:
-    try:
-        return selectors.approval_get(tenant=request.user.tenant, approval_id=approval_id)
-    except DomainError as exc:
-        raise Http404(exc.message) from exc
+    if connection.vendor != "postgresql":
+        try:
+            return selectors.approval_get(tenant=request.user.tenant, approval_id=approval_id)
+        except DomainError as exc:
+            raise Http404(exc.message) from exc
+    # The same read written out (console/sql.py): every open approval page asks for it.
+    approval = sql.approval_for_page(tenant_id=request.user.tenant_id, approval_id=approval_id)
+    if approval is None:
+        raise Http404(not_found("approval", approval_id).message)
+    return approval
 
 
 @tenant_member_required

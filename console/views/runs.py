@@ -11,6 +11,7 @@ from django.utils import timezone
 from django.utils.timesince import timesince
 
 from console import run_page, run_rows
+from console.run_list_rows import run_list_rows
 from memory.feedback import run_feedback
 from runs import selectors
 from runs.errors import DomainError
@@ -37,6 +38,7 @@ def run_list(request: HttpRequest) -> HttpResponse:
     context = {
         "page": page,
         "runs": page.object_list,
+        "rows": run_list_rows(page.object_list, now=timezone.now()),
         "state": state,
         "q": title,
         "filters": filters,

@@ -35,7 +35,7 @@ def seen_token(response) -> str:
 
 
 def ids_on(response) -> list[str]:
-    return [approval.pk for approval in response.context["approvals"]]
+    return [approval.id for approval in response.context["approvals"]]
 
 
 def test_it_shows_one_page_at_a_time_soonest_first(
