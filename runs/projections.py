@@ -274,7 +274,7 @@ RUN_COLUMNS = (
 
 
 def _stored_runs(run_ids: Collection[str]) -> Rows:
-    rows = Run.objects.filter(pk__in=run_ids, archived_at__isnull=True).values(
+    rows = Run.objects.filter(pk__any=run_ids, archived_at__isnull=True).values(
         "id", "tenant_id", "deadline", *RUN_COLUMNS
     )
     return {
@@ -320,7 +320,7 @@ runs_projection = register_projection(
 
 
 def _stored_decisions(run_ids: Collection[str]) -> Rows:
-    rows = Decision.objects.filter(run_id__in=run_ids).values(
+    rows = Decision.objects.filter(run_id__any=run_ids).values(
         "id", "run_id", "kind", "version", "content", "supersedes_id"
     )
     return {
