@@ -8,7 +8,6 @@ returns one line per difference: drift between the log and the rows is a bug.
 from __future__ import annotations
 
 import json
-import re
 from collections import namedtuple
 from collections.abc import Callable, Collection, Iterable, Iterator
 from contextlib import closing, contextmanager
@@ -211,9 +210,13 @@ _EVENTS_SQL = (
 FETCH = 5000
 
 
-# 19 digits or more: a number orjson may read otherwise than json.loads (it holds integers
-# in 64 bits, from -2**63 to 2**64 - 1, and reads the others as floats).
-_LONG_NUMBER = re.compile(rb"\d{19}")
+# 19 digits or more in a row: a number orjson may read otherwise than json.loads (it holds
+# integers in 64 bits, from -2**63 to 2**64 - 1, and reads the others as floats). Found by
+# mapping every ASCII digit to "0" and every other byte to a space, then looking for 19
+# zeros: 0.3 us a payload, where the regular expression \d{19} took 1.6 us (hex digests
+# are long runs of candidate starts; most of the replay's loading, at a million events).
+_DIGITS = bytes(48 if 48 <= byte <= 57 else 32 for byte in range(256))
+_LONG_NUMBER = b"0" * 19
 
 
 class _PayloadLoader(Loader):
@@ -221,12 +224,13 @@ class _PayloadLoader(Loader):
     the same value, at a third of the cost."""
 
     def load(self, data: Buffer) -> Any:
-        if _LONG_NUMBER.search(data) is None:
+        data = bytes(data)
+        if _LONG_NUMBER not in data.translate(_DIGITS):
             try:
                 return orjson.loads(data)
             except orjson.JSONDecodeError:
                 pass  # json.loads decides, and raises as JSONField would
-        return json.loads(bytes(data))
+        return json.loads(data)
 
 
 @contextmanager
