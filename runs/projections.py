@@ -7,6 +7,7 @@ returns one line per difference: drift between the log and the rows is a bug.
 
 from __future__ import annotations
 
+import gc
 import json
 from collections import namedtuple
 from collections.abc import Callable, Collection, Iterable, Iterator
@@ -136,7 +137,7 @@ def verify_log() -> tuple[list[str], int]:
     rebuilt: dict[str, Rows] = {name: {} for name in PROJECTIONS}
     dispatch = _dispatch(rebuilt)
     count, in_batch, run_ids, run = 0, 0, [], None
-    with _snapshot(), _log() as events:
+    with _collected_by_batch(), _snapshot(), _log() as events:
         for event in events:
             if event.run_id != run:
                 if in_batch >= EVENTS_PER_BATCH:
@@ -166,7 +167,28 @@ def _compare(rebuilt: dict[str, Rows], run_ids: list[str]) -> list[str]:
         rows = projection.finish(rebuilt[name]) if projection.finish else rebuilt[name]
         problems += diff(name, rows, projection.load_stored(run_ids))
         rebuilt[name].clear()
+    # The batch's rows are freed now; the young objects left are few (_collected_by_batch).
+    gc.collect(1)
     return problems
+
+
+@contextmanager
+def _collected_by_batch() -> Iterator[None]:
+    """No automatic garbage collection while the check runs; the two young generations are
+    collected after each batch instead. A batch's rebuilt rows (tens of thousands of dicts
+    and lists) outlive the young generations, so the collector moved them to the oldest one
+    and walked them again and again, with everything Django loaded: 8.3 of 20.7 s of the
+    check's CPU at a million events (gc.callbacks; 42 full collections of about 130 ms).
+    The replay makes no reference cycles (its rows are freed by reference counts when a
+    batch is compared); what the comparing queries leave in cycles is collected with the
+    batch, so memory still does not grow with the log."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _runs_without_events() -> Iterator[list[str]]:
