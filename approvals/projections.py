@@ -13,7 +13,7 @@ from runs.projections import Projection, Rows, register_log_check, register_proj
 
 
 def _stored(run_ids: Collection[str]) -> Rows:
-    rows = Approval.objects.filter(run_id__in=run_ids).values(
+    rows = Approval.objects.filter(run_id__any=run_ids).values(
         "id", "state", "tool_call_id", "args_digest", "required_approvers"
     )
     return {row.pop("id"): row for row in rows}

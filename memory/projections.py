@@ -29,7 +29,7 @@ from toolcalls.models import Attempt, ToolCall
 
 
 def _stored_checkpoints(run_ids: Collection[str]) -> Rows:
-    rows = Checkpoint.objects.filter(run_id__in=run_ids).values(
+    rows = Checkpoint.objects.filter(run_id__any=run_ids).values(
         "id",
         "run_id",
         "name",
@@ -83,7 +83,7 @@ FEEDBACK_COLUMNS = ("run_id", "subject_kind", "subject_id", "rating", "label", "
 
 
 def _stored_feedback(run_ids: Collection[str]) -> Rows:
-    facts = Feedback.objects.filter(run_id__in=run_ids)
+    facts = Feedback.objects.filter(run_id__any=run_ids)
     return {row.pop("id"): row for row in facts.values("id", *FEEDBACK_COLUMNS)}
 
 
@@ -145,7 +145,7 @@ def _trace_summaries(rows: Rows) -> Rows:
 
 
 def _stored_traces(run_ids: Collection[str]) -> Rows:
-    finished = Run.objects.filter(pk__in=run_ids, state__in=EXIT_TYPES, archived_at__isnull=True)
+    finished = Run.objects.filter(pk__any=run_ids, state__in=EXIT_TYPES, archived_at__isnull=True)
     rows: Rows = {
         run_id: {
             "exit": state,
@@ -158,7 +158,7 @@ def _stored_traces(run_ids: Collection[str]) -> Rows:
         }
         for run_id, state in finished.values_list("id", "state")
     }
-    in_finished = {"run_id__in": run_ids, "run__state__in": EXIT_TYPES}
+    in_finished = {"run_id__any": run_ids, "run__state__in": EXIT_TYPES}
     for run_id, decision_id in Decision.objects.filter(**in_finished).values_list("run_id", "id"):
         rows[run_id]["decisions"].append(decision_id)
     calls = ToolCall.objects.filter(**in_finished).values_list(

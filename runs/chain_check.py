@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from contextlib import closing
+from contextlib import closing, contextmanager
 from hashlib import sha256
 from typing import Any
 
@@ -45,15 +45,15 @@ FETCH = 5000
 _SORTED = orjson.OPT_SORT_KEYS
 
 
-def _rows() -> Iterator[tuple]:
+@contextmanager
+def _batches() -> Iterator[Iterator[list[tuple]]]:
     # A named (server-side) cursor streams rows in FETCH-sized batches instead of the
     # driver holding the whole result; it lives in a transaction (PostgreSQL's rule).
     # The next FETCH rows are fetched while these are hashed (runs/prefetch.py).
     with transaction.atomic(), connection.chunked_cursor() as cursor:
         cursor.execute(SELECT)
         with closing(prefetched(cursor.fetchmany, FETCH)) as batches:
-            for batch in batches:
-                yield from batch
+            yield batches
 
 
 def verify_log() -> tuple[list[str], int]:
@@ -61,31 +61,45 @@ def verify_log() -> tuple[list[str], int]:
     problems: list[str] = []
     run, expected_seq, expected_prev = None, 0, GENESIS_HASH
     count = 0
-    for row in _rows():
-        count += 1
-        event_id, run_id, seq, prev_hash, stored_hash = row[0], row[1], row[2], row[18], row[19]
-        if run_id != run:
-            run, expected_seq, expected_prev = run_id, 0, GENESIS_HASH
-        where = f"{run_id}#{seq} ({event_id})"
-        if seq != expected_seq + 1:
-            problems.append(f"{where}: sequence gap, expected #{expected_seq + 1}")
-        if prev_hash != expected_prev:
-            problems.append(f"{where}: prev_hash does not match the previous event's hash")
-        if problem := _content_problem(row):
-            problems.append(f"{where}: {problem}")
-        expected_seq, expected_prev = seq, stored_hash
+    # The loop over a million rows does only what an intact event needs (no per-row
+    # generator, message or call but the hash's); a row that fails any check is looked at
+    # again by _problems, which says what is wrong in the words of events.verify_chain.
+    with _batches() as batches:
+        for batch in batches:
+            count += len(batch)
+            for row in batch:
+                if row[1] != run:
+                    run, expected_seq, expected_prev = row[1], 0, GENESIS_HASH
+                seq = row[2]
+                if seq != expected_seq + 1 or row[18] != expected_prev or not _intact(row):
+                    problems += _problems(row, expected_seq, expected_prev)
+                expected_seq, expected_prev = seq, row[19]
     return problems, count
 
 
-def _content_problem(row: tuple) -> str | None:
+def _intact(row: tuple) -> bool:
+    """Whether the event's hash is that of sorted, compact JSON of its fields (see the
+    module's docstring: True proves it intact, False proves nothing by itself)."""
     try:
-        if (
-            sha256(orjson.dumps(_body(row, orjson.loads(row[17])), option=_SORTED)).hexdigest()
-            == row[19]
-        ):
-            return None
+        body = _body(row, orjson.loads(row[17]))
+        return sha256(orjson.dumps(body, option=_SORTED)).hexdigest() == row[19]
     except (orjson.JSONDecodeError, orjson.JSONEncodeError):
-        pass  # a number orjson reads or writes otherwise: the exact path below decides
+        return False  # a number orjson reads or writes otherwise: the exact path decides
+
+
+def _problems(row: tuple, expected_seq: int, expected_prev: str) -> list[str]:
+    where = f"{row[1]}#{row[2]} ({row[0]})"
+    problems = []
+    if row[2] != expected_seq + 1:
+        problems.append(f"{where}: sequence gap, expected #{expected_seq + 1}")
+    if row[18] != expected_prev:
+        problems.append(f"{where}: prev_hash does not match the previous event's hash")
+    if not _intact(row) and (problem := _exact_problem(row)):
+        problems.append(f"{where}: {problem}")
+    return problems
+
+
+def _exact_problem(row: tuple) -> str | None:
     # The exact path, as runs.events.verify_chain takes it: the standard library loads the
     # payload (orjson reads a 301-digit integer as a float), RFC 8785 hashes it.
     try:
@@ -102,27 +116,28 @@ def _content_problem(row: tuple) -> str | None:
 
 
 def _body(row: tuple, payload: Any) -> dict[str, Any]:
-    # The fields and names of runs.events.compute_hash, in its order.
+    # The fields and names of runs.events.compute_hash, in the order RFC 8785 writes them:
+    # orjson sorts keys that come sorted in a quarter less time (657 against 845 ns a body).
     return {
-        "id": row[0],
-        "run": row[1],
-        "seq": row[2],
-        "type": row[3],
-        "schema_version": row[4],
-        "producer": row[5],
-        "tenant": row[6],
         "actor": row[7],
-        "turn_id": row[8],
-        "decision_id": row[9],
-        "capability_id": row[10],
-        "tool_call_id": row[11],
         "approval_id": row[12],
-        "correlation_id": row[13],
+        "capability_id": row[10],
         "causation_id": row[14],
+        "correlation_id": row[13],
+        "decision_id": row[9],
+        "id": row[0],
         "occurred_at": row[15],
-        "recorded_at": row[16],
         "payload": payload,
         "prev_hash": row[18],
+        "producer": row[5],
+        "recorded_at": row[16],
+        "run": row[1],
+        "schema_version": row[4],
+        "seq": row[2],
+        "tenant": row[6],
+        "tool_call_id": row[11],
+        "turn_id": row[8],
+        "type": row[3],
     }
 
 

@@ -22,7 +22,7 @@ COLUMNS = (
 
 
 def _stored(run_ids: Collection[str]) -> Rows:
-    calls = ToolCall.objects.filter(run_id__in=run_ids)
+    calls = ToolCall.objects.filter(run_id__any=run_ids)
     return {row.pop("id"): row for row in calls.values("id", *COLUMNS)}
 
 
