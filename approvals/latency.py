@@ -15,9 +15,10 @@ from collections import defaultdict
 from datetime import datetime, timedelta
 from itertools import chain
 
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 
 from approvals.models import Approval, ApprovalLatency
+from runs import pipeline
 from runs.models import Event
 
 # People decide in seconds to hours; beyond a day an approval has usually expired.
@@ -40,14 +41,14 @@ def _latency_us(required_at: datetime, decided_at: datetime) -> int:
 def latency_record(*, approval: Approval, decided: Event) -> None:
     """Count one decision; call it in the transaction that appended `decided`."""
     latency = _latency_us(approval.created_at, decided.occurred_at)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "INSERT INTO approvals_approvallatency (tenant_id, bucket, count, total_us)"
-            " VALUES (%s, %s, 1, %s) ON CONFLICT (tenant_id, bucket) DO UPDATE SET"
-            " count = approvals_approvallatency.count + 1,"
-            " total_us = approvals_approvallatency.total_us + EXCLUDED.total_us",
-            [decided.tenant_id, bucket_of(latency), latency],
-        )
+    pipeline.write(
+        connections[DEFAULT_DB_ALIAS],
+        "INSERT INTO approvals_approvallatency (tenant_id, bucket, count, total_us)"
+        " VALUES (%s, %s, 1, %s) ON CONFLICT (tenant_id, bucket) DO UPDATE SET"
+        " count = approvals_approvallatency.count + 1,"
+        " total_us = approvals_approvallatency.total_us + EXCLUDED.total_us",
+        [decided.tenant_id, bucket_of(latency), latency],
+    )
 
 
 ARCHIVE = "approvals_approval_archive"  # memory/archive.py moves archived runs' rows there

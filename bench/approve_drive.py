@@ -195,7 +195,7 @@ def clicks(
             # POST as a browser does; the test client's default, multipart, put Django's
             # multipart parser in the POST (0.111 of 1.861 s in --profile, 31 POSTs).
             form = urlencode({"version": approval.version, "summary_hash": approval.summary_hash})
-            started, cpu_started = time.time(), time.thread_time()
+            started, cpu_started, waits = time.time(), time.thread_time(), _waits()
             queries = QueryCount()
             with connection.execute_wrapper(queries):
                 response = profiler.runcall(
@@ -205,6 +205,7 @@ def clicks(
                     content_type="application/x-www-form-urlencoded",
                 )
             posted, post_cpu = time.time(), time.thread_time() - cpu_started
+            waits = _waits() - waits
             if response.status_code != 302:
                 raise RuntimeError(
                     f"approve {approval.pk}: {response.status_code} {response.content[-2000:]}"
@@ -230,6 +231,8 @@ def clicks(
                     "post_ms": (posted - started) * 1000,
                     "post_cpu_ms": post_cpu * 1000,
                     "post_queries": queries.count,
+                    "post_round_trips": queries.round_trips,
+                    "post_waits": waits,
                     "dispatching_ms": (dispatching - started) * 1000 if dispatching else None,
                     "hop_ms": (dispatching - float(authorized)) * 1000 if dispatching else None,
                     "backlog": backlog,
@@ -267,7 +270,11 @@ def clicks(
         "dispatching": {f"p{q}": percentile(waits, q) for q in (50, 95, 99)} | {"max": max(waits)},
         "post": {f"p{q}": percentile(posts, q) for q in (50, 95, 99)},
         "post_cpu": {f"p{q}": percentile([s["post_cpu_ms"] for s in samples], q) for q in (50, 99)},
+        "post_waits": {
+            f"p{q}": percentile([s["post_waits"] for s in samples], q) for q in (50, 99)
+        },
         "post_queries": samples[-1]["post_queries"],
+        "post_round_trips": samples[-1]["post_round_trips"],
         "hop": {f"p{q}": percentile(hops, q) for q in (50, 95, 99)},
         "backlog": {"p50": percentile(backlogs, 50), "max": max(backlogs)},
         "receive": _percentiles([s["receive_ms"] for s in samples]),
@@ -285,17 +292,38 @@ def _percentiles(values: list[float | None]) -> dict[str, float]:
     return {f"p{q}": percentile(values, q) for q in (50, 95, 99)}
 
 
+def _waits() -> int:
+    """The calling thread's voluntary context switches so far: each time it slept, for the
+    database, the sandbox or Redis to answer (or for a lock). On a busy host each such wait
+    may also wait for a core when it ends, so their number is what a loaded click pays for."""
+    with open("/proc/thread-self/status") as status:
+        for line in status:
+            if line.startswith("voluntary_ctxt_switches:"):
+                return int(line.split()[1])
+    return 0
+
+
 class QueryCount:
     """Counts the statements a block runs. Not CaptureQueriesContext: its debug cursor renders
     every statement's SQL with its parameters (`last_executed_query`), which was a sixth of
     the measured POST's CPU (--profile) and is no part of a real request. Unlike it, this
-    does not count the transaction's BEGIN and COMMIT (not statements run by a cursor)."""
+    does not count the transaction's BEGIN and COMMIT (not statements run by a cursor).
+    `round_trips`: the statements sent alone, plus one for each run of statements sent
+    together in a pipeline (runs/pipeline.py)."""
 
     def __init__(self) -> None:
         self.count = 0
+        self.round_trips = 0
+        self._piped = False
 
     def __call__(self, execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        from runs.pipeline import sending_together
+
         self.count += 1
+        piped = sending_together(context["connection"].alias)
+        if not (piped and self._piped):
+            self.round_trips += 1
+        self._piped = piped
         return execute(sql, params, many, context)
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, connections
 
-from runs import dbvalues
+from runs import dbvalues, pipeline
 from runs.models import ApiKey, Event, Run, Tenant, User
 
 
@@ -177,7 +177,7 @@ def _insert(model: Any, objs: list[Any]) -> None:
     else:
         params = [value for obj in objs for value in plan.params(obj, indexes, True)]
         statement = _values_insert(model, len(objs))
-    cursor_for(conn).execute(statement, params)
+    pipeline.write(conn, statement, params)
 
 
 def _insert_into(model: Any) -> str:
@@ -317,11 +317,14 @@ def update_fields(obj: Any, names: list[str]) -> None:
     indexes = _indexes(plan, names)
     statement = _update_one(obj._meta, tuple(indexes), plan)
     key = obj._meta.pk.get_db_prep_value(obj.pk, conn)
-    cursor = cursor_for(conn)
-    cursor.execute(statement, [*plan.params(obj, indexes, False), key])
-    if cursor.rowcount != 1:
-        # As Model.save(update_fields=…) says it: the row is gone (never for a locked one).
-        raise DatabaseError("Save with update_fields did not affect any rows.")
+    # The error as Model.save(update_fields=…) says it: the row is gone (never for a locked one).
+    pipeline.write(
+        conn,
+        statement,
+        [*plan.params(obj, indexes, False), key],
+        rows=1,
+        error="Save with update_fields did not affect any rows.",
+    )
     obj._remember([plan.fields[i] for i in indexes])
 
 

@@ -21,7 +21,7 @@ from approvals import errors as approval_errors
 from approvals import services as approvals
 from approvals.models import Approval, ApprovalDecision, Policy
 from approvals.policies import Requirement, current_policy, requirement
-from runs import events, logcontext, outbox
+from runs import events, logcontext, outbox, pipeline
 from runs.canonical import digest
 from runs.errors import DomainError, not_found
 from runs.models import OutboxMessage, Tenant, User
@@ -330,7 +330,8 @@ def _approve(
     # The decision's four events (decision, approved, authorized, run resumed) share one read
     # of the run's chain head and one INSERT: the approver waits for this transaction. The
     # run's lock was taken with the approval's (_lock_both): the read does not take it again.
-    with events.batch(held=[call.run_id]):
+    # After the reads, its writes go to the database in one round trip (runs/pipeline.py).
+    with pipeline.writes_together(), events.batch(held=[call.run_id]):
         approvals.approval_approve(approval=approval, user=user, reason=reason)
         tool_call_follow_approval(
             approval=approval,
@@ -357,7 +358,8 @@ def tool_call_reject(
     approvals.approval_check_decision(
         approval=approval, user=user, seen_version=seen_version, seen_summary_hash=seen_summary_hash
     )
-    with events.batch(held=[call.run_id]):  # locked with the approval (_lock_both)
+    # Locked with the approval (_lock_both); the writes in one round trip, as _approve's.
+    with pipeline.writes_together(), events.batch(held=[call.run_id]):
         approvals.approval_reject(approval=approval, user=user, reason=reason)
         tool_call_follow_approval(
             approval=approval,

@@ -14,6 +14,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from approvals.models import Approval
+from runs import pipeline
 from runs.models import Event, OutboxMessage, Run, Tenant, User
 from tests.helpers import BIG_REFUND, decide, logged_in, propose_in
 from tests.sandbox_process import Sandbox
@@ -88,5 +89,50 @@ def test_the_first_of_two_approvers_costs_fewer(run: Run, sandbox: Sandbox, appr
 def test_a_reject_costs_its_fixed_queries(waiting: Approval, approver: User) -> None:
     # As an approve that reaches quorum, less the authorization's writes.
     assert click(logged_in(approver), waiting, "reject", reason="not eligible") == 13
+    waiting.refresh_from_db()
+    assert waiting.state == "rejected"
+
+
+def statements_of(client: Client, approval: Approval, action: str, **fields: Any) -> list:
+    """(the statement's first words, whether it went in a pipeline's round trip) of a click."""
+    seen: list[tuple[str, bool]] = []
+
+    def record(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        seen.append((" ".join(sql.split()[:3]), pipeline.sending_together()))
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(record):
+        response = decide(client, approval, action, **fields)
+    assert response.status_code == 302, response.content[-2000:]
+    return seen
+
+
+def test_the_decisions_writes_go_to_the_database_in_one_round_trip(
+    waiting: Approval, approver: User
+) -> None:
+    # After the reads (the lock, the decisions so far, the run's chain head), the approval's
+    # UPDATE, the latency count, the call's UPDATE, the dispatch's outbox message, the run's
+    # UPDATE and the four events are sent together: one wait for the server, not six
+    # (runs/pipeline.py). Every statement is still run, in the order the code wrote it.
+    seen = statements_of(logged_in(approver), waiting, "approve")
+    together = [words for words, piped in seen if piped]
+    assert together == [
+        'UPDATE "approvals_approval" SET',
+        "INSERT INTO approvals_approvallatency",
+        'UPDATE "toolcalls_toolcall" SET',
+        'INSERT INTO "runs_outboxmessage"',
+        'UPDATE "runs_run" SET',
+        'INSERT INTO "runs_event"',
+    ]
+    assert len(seen) == APPROVE_QUERIES
+    first_piped = next(i for i, (_, piped) in enumerate(seen) if piped)
+    assert all(piped for _, piped in seen[first_piped : first_piped + len(together)])
+    waiting.refresh_from_db()
+    assert waiting.state == "approved"
+
+
+def test_a_rejects_writes_go_in_one_round_trip_too(waiting: Approval, approver: User) -> None:
+    seen = statements_of(logged_in(approver), waiting, "reject", reason="not eligible")
+    assert sum(piped for _, piped in seen) >= 4
     waiting.refresh_from_db()
     assert waiting.state == "rejected"

@@ -326,8 +326,11 @@ class Bench:
         self.say(
             f"  the approve POST's CPU in the clicking process (thread time, with the profiler's "
             f"own when --profile): p50 {c['p50']:.1f} ms, p99 {c['p99']:.1f} ms; "
-            f"{r['post_queries']} statements per POST (the last click; not counting the "
-            "transaction's BEGIN and COMMIT, which CaptureQueriesContext counted: 2 more)"
+            f"{r['post_queries']} statements in {r['post_round_trips']} round trips per POST "
+            "(the last click; not counting the transaction's BEGIN and COMMIT, which "
+            "CaptureQueriesContext counted: 2 more); the clicking thread's waits (voluntary "
+            f"context switches) per POST: p50 {r['post_waits']['p50']:.0f}, "
+            f"p99 {r['post_waits']['p99']:.0f}"
         )
         h = r["hop"]
         self.say(
