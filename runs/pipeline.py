@@ -1,8 +1,9 @@
 """Writes sent together: inside `writes_together()`, the statements written through `write`
 whose results nobody reads (a transition's UPDATE, an event batch's INSERT, an outbox
 message, a counter) are queued, and sent in one round trip (psycopg's pipeline mode) when the
-block ends, or before any other statement of the connection runs, so the database sees them
-in the order the code wrote them. Each one's row count is checked once the results are in.
+block ends, or with the next other statement of the connection, ahead of it, so the database
+sees them in the order the code wrote them and every read sees them. Each one's row count is
+checked once the results are in. (Nothing in a block may use COPY, which a pipeline refuses.)
 
 Why: the approver's click waits for each round trip of its transaction, and on a busy host
 each one waits for a core twice (the web process and its backend are woken in turn): the
@@ -16,7 +17,7 @@ Outside a block, or on another database than PostgreSQL, `write` runs the statem
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
@@ -44,9 +45,10 @@ def write(
 @contextlib.contextmanager
 def writes_together() -> Iterator[None]:
     """Inside a transaction: the block's `write`s in one round trip (nested blocks join the
-    outer one). A statement run any other way in the block sends the queued writes first,
-    so it reads what they wrote; an exception leaving the block sends them too (as they
-    would have run already without the block; the transaction decides what stays)."""
+    outer one). A statement run any other way in the block takes the queued writes with it,
+    ahead of it, in its round trip, so it reads what they wrote; an exception leaving the
+    block sends them too (as they would have run already without the block; the transaction
+    decides what stays)."""
     conn = connections[DEFAULT_DB_ALIAS]
     if conn.vendor != "postgresql" or getattr(conn, "_queued_writes", None) is not None:
         yield
@@ -56,9 +58,10 @@ def writes_together() -> Iterator[None]:
     conn._queued_writes = []
 
     def send_first(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
-        if conn._queued_writes:
-            _send(conn)
-        return execute(sql, params, many, context)
+        if not conn._queued_writes:
+            return execute(sql, params, many, context)
+        # The queued writes, then this statement, in the same round trip.
+        return _send(conn, lambda: execute(sql, params, many, context))
 
     try:
         with conn.execute_wrapper(send_first):
@@ -75,13 +78,15 @@ def writes_together() -> Iterator[None]:
         conn._queued_writes = None
 
 
-def _send(conn: Any) -> None:
+def _send(conn: Any, then: Callable[[], Any] | None = None) -> Any:
+    """The queued writes, and `then` (the statement that found them queued) after them, in
+    one round trip; `then`'s result."""
     queued, conn._queued_writes = conn._queued_writes, None  # the sending is not queued
     try:
-        if len(queued) == 1:
+        if len(queued) == 1 and then is None:
             statement, params, rows, error = queued[0]
             write(conn, statement, params, rows=rows, error=error)
-            return
+            return None
         sent = []
         # One Sync: the results come back together. An error is raised when the block ends,
         # as Django's (IntegrityError, …) as if the statement had run alone.
@@ -90,9 +95,11 @@ def _send(conn: Any) -> None:
                 cursor = conn.cursor()  # one per statement: each keeps its row count
                 cursor.execute(statement, params)
                 sent.append((cursor, rows, error))
+            result = then() if then is not None else None
         for cursor, rows, error in sent:
             _check(cursor.rowcount, rows, error)
             cursor.close()
+        return result
     finally:
         conn._queued_writes = []
 

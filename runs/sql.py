@@ -128,8 +128,9 @@ _MARK_DONE = "UPDATE runs_outboxmessage SET done_at = %s WHERE id = %s AND done_
 
 
 def outbox_mark_done(outbox_id: str, at: datetime) -> None:
-    """The message's `done_at` set to `at`, unless it is done already."""
-    cursor_for(connections[DEFAULT_DB_ALIAS]).execute(_MARK_DONE, [at, outbox_id])
+    """The message's `done_at` set to `at`, unless it is done already (inside
+    `pipeline.writes_together()`, sent with the next statement)."""
+    pipeline.write(connections[DEFAULT_DB_ALIAS], _MARK_DONE, [at, outbox_id])
 
 
 def insert_events(events: list[Event]) -> None:

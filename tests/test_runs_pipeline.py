@@ -109,3 +109,28 @@ def test_the_servers_refusal_is_djangos_error_as_without_the_block(table) -> Non
         pipeline.write(connection, UPDATE, [1, 1], rows=1)
         pipeline.write(connection, "INSERT INTO pipeline_t VALUES (%s, %s)", [2, 0])
     assert rows() == [(1, 0), (2, 0)]
+
+
+def test_the_statement_that_finds_writes_queued_takes_them_in_its_round_trip(table) -> None:
+    piped: list[bool] = []
+
+    def record(execute, sql, params, many, context):
+        piped.append(pipeline.sending_together())
+        return execute(sql, params, many, context)
+
+    with transaction.atomic(), pipeline.writes_together():
+        pipeline.write(connection, UPDATE, [2, 1], rows=1)
+        pipeline.write(connection, UPDATE, [3, 2], rows=1)
+        with connection.execute_wrapper(record), connection.cursor() as cursor:
+            cursor.execute("SELECT id, v FROM pipeline_t WHERE v > %s ORDER BY id", [0])
+            assert cursor.fetchall() == [(1, 2), (2, 3)]
+            assert cursor.rowcount == 2
+    # The two writes and the SELECT, each seen by the recorder, all sent in the one pipeline.
+    assert piped == [True, True, True]
+
+
+def test_a_write_the_server_refuses_fails_the_statement_that_took_it(table) -> None:
+    failing = pytest.raises(DatabaseError, match="gone")
+    with failing, transaction.atomic(), pipeline.writes_together():
+        pipeline.write(connection, UPDATE, [1, 99], rows=1, error="row 99 is gone")
+        rows()  # the read that took the write along raises its failed row count

@@ -16,7 +16,8 @@ from django.test.utils import CaptureQueriesContext
 
 from approvals.models import Approval
 from approvals.policies import current_policy
-from runs.models import Run, Tenant, User
+from runs import pipeline
+from runs.models import OutboxMessage, Run, Tenant, User
 from tests.helpers import BIG_REFUND, propose_in
 from tests.sandbox_process import Sandbox
 from toolcalls import dispatch, gate
@@ -309,6 +310,43 @@ def test_the_claim_of_an_approved_call_costs_its_fixed_queries(approved: Approva
     approved.refresh_from_db()
     assert approved.state == "consumed"
     assert ToolCall.objects.get(pk=approved.tool_call_id).execution_status == "dispatching"
+
+
+def test_the_claims_writes_ride_with_its_reads(approved: Approval) -> None:
+    """runs/pipeline.py: the outbox message marked done goes with the call's lock, and the
+    approval's and call's UPDATEs, the attempt's and the events' INSERTs together at the end:
+    the same statements (CLAIM_QUERIES) in fewer round trips."""
+    current_policy(approved.tenant, approved.tool_call.capability_id)
+    message = OutboxMessage.objects.get(task="toolcalls.dispatch_approved")
+    seen: list[tuple[str, bool]] = []
+
+    def record(execute, sql, params, many, context):
+        words = sql.split()[:2] if not sql.startswith(("SAVEPOINT", "RELEASE")) else sql.split()[:1]
+        seen.append((" ".join(words), pipeline.sending_together()))
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(record):
+        claim = dispatch.tool_call_claim(tool_call_id=approved.tool_call_id, outbox_id=message.pk)
+    assert claim is not None
+    # This recorder wraps the block's own wrapper, so it sees the call's lock as it is handed
+    # to the database, then the queued UPDATE, which the block sends ahead of it in the same
+    # pipeline; the four writes at the end are sent together before the savepoint's release.
+    assert seen == [
+        ("SAVEPOINT", False),
+        ('SELECT c."id",', False),
+        ("UPDATE runs_outboxmessage", True),
+        ("SELECT (SELECT", False),
+        ('SELECT a."id",', False),
+        ("SELECT id", False),
+        ("SELECT id,", False),
+        ('UPDATE "approvals_approval"', True),
+        ('UPDATE "toolcalls_toolcall"', True),
+        ("INSERT INTO", True),
+        ("INSERT INTO", True),
+        ("RELEASE", False),
+    ]
+    message.refresh_from_db()
+    assert message.done_at is not None
 
 
 # --- the decision's two questions -----------------------------------------------------------

@@ -19,7 +19,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from runs import dbvalues, events, outbox, transitions
+from runs import dbvalues, events, outbox, pipeline, transitions
 from runs import sql as runs_sql
 from runs.faults import crashpoint
 from runs.models import Run
@@ -119,7 +119,9 @@ def observe_sent(claim: Claim, outcome: Outcome) -> str | None:
 @transaction.atomic
 def tool_call_claim(*, tool_call_id: str, outbox_id: str | None, worker: str = "") -> Claim | None:
     """Take the call for one attempt, or say why not now (None). Nothing is sent here."""
-    with events.batch():
+    # An approved call's claim is on the approver's clock: its writes go with its next read or
+    # together at the end, not one round trip each (runs/pipeline.py).
+    with pipeline.writes_together(), events.batch():
         return _claim(tool_call_id, outbox_id, worker)
 
 
