@@ -16,23 +16,38 @@ from runs import dbvalues
 from runs.models import ApiKey, Event, Run, Tenant, User
 
 
-def cursor_for(conn: Any) -> Any:
-    """`conn.cursor()`, or the one it gave last time while what would make it another is
-    unchanged: the same database connection, its health check done (or none asked), the
-    same logging of queries (a debug cursor records them) and time zone. Making one is ~43
-    µs of CPU (Django's checks and wrapper, psycopg's cursor) and a proposal made five.
-    It is not closed: a caller fetches what it reads before its next statement."""
-    kept = getattr(conn, "_kept_cursor", None)
-    if kept is not None and (
+def cursor_for(conn: Any, statement: str | None = None) -> Any:
+    """`conn.cursor()`, or the one it gave last time for `statement` while what would make it
+    another is unchanged: the same database connection, its health check done (or none
+    asked), the same logging of queries (a debug cursor records them) and time zone. Making
+    one is ~43 µs of CPU (Django's checks and wrapper, psycopg's cursor) and a proposal made
+    five. It is not closed: a caller fetches what it reads before that statement runs again.
+
+    One cursor per statement (None: one for any): psycopg keeps a cursor's adapters (its
+    Transformer: the dumpers of the parameters' types, the loaders of the columns') while it
+    runs the same statement object again, and makes new ones for another statement (about
+    ten Python calls per statement, tests/test_runs_sql_cursor.py)."""
+    kept = getattr(conn, "_kept_cursors", None)
+    if kept is None or not (
         kept[0] is conn.connection
         and (conn.health_check_done or not conn.health_check_enabled)
         and kept[1] == conn.queries_logged
         and kept[2] is conn.timezone
     ):
-        return kept[3]
-    made = conn.cursor()
-    conn._kept_cursor = (conn.connection, conn.queries_logged, conn.timezone, made)
-    return made
+        kept = (conn.connection, conn.queries_logged, conn.timezone, {})
+        conn._kept_cursors = kept
+    cursors = kept[3]
+    cursor = cursors.get(statement)
+    if cursor is None:
+        if len(cursors) >= _MAX_KEPT_CURSORS:
+            cursors.clear()  # a caller passing statements made anew each time
+        # The first one of a connection runs the health check, if one is due; later ones
+        # find it done.
+        cursor = cursors[statement] = conn.cursor()
+    return cursor
+
+
+_MAX_KEPT_CURSORS = 64
 
 
 # The run's last event, and the id of the tool call's last event, in one statement (none
@@ -85,11 +100,13 @@ def lock_and_read_heads(run_ids: list[str], first: str) -> dict[str, dict[str, A
     -> its last event (None when it has none yet), for the runs that exist. Two statements
     for any number of runs, for the same reason as there: the read must not share the lock's
     snapshot."""
-    cursor = cursor_for(connections[DEFAULT_DB_ALIAS])
+    conn = connections[DEFAULT_DB_ALIAS]
+    cursor = cursor_for(conn, _LOCK_RUNS)
     cursor.execute(_LOCK_RUNS, [list(run_ids), first])
     locked = [row[0] for row in cursor.fetchall()]
     if not locked:
         return {}
+    cursor = cursor_for(conn, _HEADS)
     cursor.execute(_HEADS, [locked])
     rows = cursor.fetchall()
     fields = ("id", "seq", "hash", "tool_call_id")
@@ -100,7 +117,7 @@ def lock_and_read_heads(run_ids: list[str], first: str) -> dict[str, dict[str, A
 
 def last_event_of_call(tool_call_id: str) -> str:
     """The id of the tool call's last stored event ('' when none), for a run already locked."""
-    cursor = cursor_for(connections[DEFAULT_DB_ALIAS])
+    cursor = cursor_for(connections[DEFAULT_DB_ALIAS], _LAST_OF_CALL)
     cursor.execute(_LAST_OF_CALL, [tool_call_id])
     row = cursor.fetchone()
     return row[0] if row else ""
@@ -114,7 +131,7 @@ _LAST_OF_CALLS = (
 
 def last_events_of_calls(tool_call_ids: list[str]) -> dict[str, str]:
     """`last_event_of_call` of many calls in one statement (a call with none is left out)."""
-    cursor = cursor_for(connections[DEFAULT_DB_ALIAS])
+    cursor = cursor_for(connections[DEFAULT_DB_ALIAS], _LAST_OF_CALLS)
     cursor.execute(_LAST_OF_CALLS, [list(tool_call_ids)])
     return dict(cursor.fetchall())
 
@@ -129,7 +146,7 @@ _MARK_DONE = "UPDATE runs_outboxmessage SET done_at = %s WHERE id = %s AND done_
 
 def outbox_mark_done(outbox_id: str, at: datetime) -> None:
     """The message's `done_at` set to `at`, unless it is done already."""
-    cursor_for(connections[DEFAULT_DB_ALIAS]).execute(_MARK_DONE, [at, outbox_id])
+    cursor_for(connections[DEFAULT_DB_ALIAS], _MARK_DONE).execute(_MARK_DONE, [at, outbox_id])
 
 
 def insert_events(events: list[Event]) -> None:
@@ -177,7 +194,7 @@ def _insert(model: Any, objs: list[Any]) -> None:
     else:
         params = [value for obj in objs for value in plan.params(obj, indexes, True)]
         statement = _values_insert(model, len(objs))
-    cursor_for(conn).execute(statement, params)
+    cursor_for(conn, statement).execute(statement, params)  # statements made once (below)
 
 
 def _insert_into(model: Any) -> str:
@@ -317,7 +334,7 @@ def update_fields(obj: Any, names: list[str]) -> None:
     indexes = _indexes(plan, names)
     statement = _update_one(obj._meta, tuple(indexes), plan)
     key = obj._meta.pk.get_db_prep_value(obj.pk, conn)
-    cursor = cursor_for(conn)
+    cursor = cursor_for(conn, statement)
     cursor.execute(statement, [*plan.params(obj, indexes, False), key])
     if cursor.rowcount != 1:
         # As Model.save(update_fields=…) says it: the row is gone (never for a locked one).
@@ -364,8 +381,9 @@ def update_many(objs: list[Any], names: list[str]) -> None:
     indexes = _indexes(plan, names)
     key = plan.fields.index(meta.pk)
     rows = plan.json_rows(objs, [key, *indexes], False)
-    cursor = cursor_for(conn)
-    cursor.execute(_update_many(meta, plan, key, indexes), [rows])
+    statement = _update_many(meta, plan, key, indexes)
+    cursor = cursor_for(conn, statement)
+    cursor.execute(statement, [rows])
     if cursor.rowcount != len(objs):
         raise DatabaseError("Save with update_fields did not affect every row.")
     fields = [plan.fields[i] for i in indexes]
