@@ -282,9 +282,13 @@ class _Batch:
 _local = threading.local()
 
 
-def _batch_here(conn: Any = connection) -> _Batch | None:
+def _batch_here(conn: Any = None) -> _Batch | None:
     current = getattr(_local, "batch", None)
-    if current is not None and conn.savepoint_ids != current.savepoints:
+    if current is None:
+        return None
+    if conn is None:
+        conn = connections[DEFAULT_DB_ALIAS]  # not the `connection` proxy: it looks it up per read
+    if conn.savepoint_ids != current.savepoints:
         # What a savepoint appends must roll back with it, and what the batch holds must
         # not: neither is possible once the batch's INSERT waits for the end of the block.
         raise RuntimeError("no event is appended inside a savepoint opened in an event batch")
@@ -303,9 +307,10 @@ def batch(calls: dict[str, str] | None = None, *, held: Collection[str] = ()) ->
     if getattr(_local, "batch", None) is not None:
         yield
         return
-    if not connection.in_atomic_block:
+    conn = connections[DEFAULT_DB_ALIAS]  # once: each `connection.…` looks it up again
+    if not conn.in_atomic_block:
         raise RuntimeError("a batch of events is written inside a transaction")
-    _local.batch = _Batch(connection, calls, held)
+    _local.batch = _Batch(conn, calls, held)
     try:
         yield
         _local.batch.flush()
@@ -326,12 +331,13 @@ def batch_knows_head(run_id: str, last: dict[str, Any] | None, new_calls: list[s
     current.last_of_call.update(dict.fromkeys(new_calls, ""))
 
 
-def batch_take_pending() -> list[Event]:
+def batch_take_pending(conn: Any = None) -> list[Event]:
     """Inside a batch: its events not written yet, handed to a caller whose own statement
     writes them now (toolcalls/sql_propose.py: the proposal's call, its dispatch message and
     its events in one INSERT); the batch keeps their chain heads and writes only the events
-    appended after this at its end. Outside a batch: none."""
-    current = _batch_here()
+    appended after this at its end. Outside a batch: none. `conn`: the default database's
+    connection, when the caller has it."""
+    current = _batch_here(conn)
     if current is None:
         return []
     pending, current.pending = current.pending, []

@@ -157,13 +157,14 @@ def insert_events(events: list[Event]) -> None:
     _saved(events)
 
 
-def events_insert(events: list[Event]) -> tuple[str, str]:
+def events_insert(events: list[Event], conn: Any = None) -> tuple[str, str]:
     """(the INSERT of these events, its one parameter) on PostgreSQL, for a caller that sends
     it as the last part of its own statement, after a data-modifying WITH (toolcalls/
     sql_propose.py: the proposal's call and its events in one round trip). The rows are
     `insert_events`' (one JSON parameter, the same text for any number of events: psycopg and
-    the server parse and plan it once); `events_saved(events)` once the statement ran."""
-    plan = dbvalues.plan(Event, connections[DEFAULT_DB_ALIAS])
+    the server parse and plan it once); `events_saved(events)` once the statement ran.
+    `conn`: the default database's connection, when the caller has it."""
+    plan = dbvalues.plan(Event, conn or connections[DEFAULT_DB_ALIAS])
     return _json_insert(plan, plan.every), plan.json_rows(events, plan.every, True)
 
 
@@ -311,9 +312,9 @@ def insert_rows(objs: list[Any]) -> None:
 
 
 def _saved(objs: list[Any]) -> None:
-    # As save() leaves them. The alias read once: `connection` is a proxy that finds the
-    # thread's connection on each attribute read (asgiref's Local), ~5 us a row here.
-    alias = connection.alias
+    # As save() leaves them. Not `connection.alias`: the proxy finds the thread's connection
+    # on each attribute read (asgiref's Local), and its alias is always this one.
+    alias = DEFAULT_DB_ALIAS
     for obj in objs:
         obj._state.adding, obj._state.db = False, alias
 

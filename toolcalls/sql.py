@@ -38,8 +38,8 @@ _LOCK = (
 )
 
 
-def _row(model: Any, values: tuple) -> Any:
-    return dbvalues.from_row(model, connections[DEFAULT_DB_ALIAS], values)
+def _row(model: Any, values: tuple, conn: Any = None) -> Any:
+    return dbvalues.from_row(model, conn or connections[DEFAULT_DB_ALIAS], values)
 
 
 # The same for many calls (a dispatch batch): one statement, in the order of their runs so
@@ -239,7 +239,7 @@ def lock_run(*, tenant_id: int | None, run_id: str) -> Run | None:
         cursor = runs_sql.cursor_for(conn, _LOCK_TENANT_RUN)
         cursor.execute(_LOCK_TENANT_RUN, [run_id, tenant_id])
     row = cursor.fetchone()
-    return None if row is None else _row(Run, row)
+    return None if row is None else _row(Run, row, conn)
 
 
 def calls_in_run(run_id: str) -> int:
@@ -262,9 +262,10 @@ def insert_call(call: ToolCall) -> None:
     call_inserted(call)
 
 
-def call_values(call: ToolCall) -> list[Any]:
-    """The new call's column values, as `save(force_insert=True)` prepares them."""
-    plan = dbvalues.plan(ToolCall, connections[DEFAULT_DB_ALIAS])
+def call_values(call: ToolCall, conn: Any = None) -> list[Any]:
+    """The new call's column values, as `save(force_insert=True)` prepares them (`conn`: the
+    default database's connection, when the caller has it)."""
+    plan = dbvalues.plan(ToolCall, conn or connections[DEFAULT_DB_ALIAS])
     return plan.params(call, plan.every, True)
 
 

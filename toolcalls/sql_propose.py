@@ -75,7 +75,7 @@ def insert_decided(call: ToolCall, *, created_at: datetime, message: OutboxMessa
     in one statement. Inside `transitions.saved_once(call)`, whose save at the block's end then
     finds nothing to write; `call_written(call)` after that block."""
     conn = connections[DEFAULT_DB_ALIAS]  # once: each `connection.…` looks it up again
-    values = call_values(call)
+    values = call_values(call, conn)
     call.created_at = created_at
     values[_CREATED_AT] = dbvalues.plan(ToolCall, conn).param(_CREATED_AT, created_at)
     if conn.vendor != "postgresql":  # no INSERT in a WITH
@@ -106,9 +106,9 @@ def _insert_together(conn: Any, values: list[Any], message: OutboxMessage | None
         plan = dbvalues.plan(OutboxMessage, conn)
         parts.append(_INSERT_MESSAGE)
         params += plan.params(message, plan.every, True)
-    pending = events.batch_take_pending()
+    pending = events.batch_take_pending(conn)
     if pending:
-        events_insert, rows = runs_sql.events_insert(pending)
+        events_insert, rows = runs_sql.events_insert(pending, conn)
         parts.append(events_insert)
         params.append(rows)
     statement = _together(tuple(parts))
