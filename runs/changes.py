@@ -9,6 +9,7 @@ columns that differ since (`updated_at`-style auto_now columns always count).
 
 from __future__ import annotations
 
+from itertools import repeat
 from typing import Any
 
 from django.db import models
@@ -70,19 +71,25 @@ class SavesChangedFields(models.Model):
         saved = self.__dict__.get("_saved_values")
         if not saved:
             return None
-        values = self.__dict__
+        attnames, fields = _comparisons(type(self))
         changed = []
-        for name, attname, is_json, always in _comparisons(type(self)):
-            if attname not in saved:
-                continue
-            value = values.get(attname)
-            if always or (repr(value) if is_json else value) != saved[attname]:
+        # The values now and as remembered, read by map rather than a get per field (a
+        # tool call has 28; a transition's save asks this of each row it changes).
+        now = map(self.__dict__.get, attnames)
+        before = map(saved.get, attnames, repeat(_UNREMEMBERED))
+        for (name, is_json, always), value, remembered in zip(fields, now, before, strict=True):
+            if remembered is _UNREMEMBERED:
+                continue  # not read (a deferred column): not known to have changed
+            if always or (repr(value) if is_json else value) != remembered:
                 changed.append(name)
         return changed
 
 
+_UNREMEMBERED = object()
+
+
 _NAMES: dict[Any, tuple[list[str], list[str]]] = {}
-_COMPARISONS: dict[Any, list[tuple[str, str, bool, bool]]] = {}
+_COMPARISONS: dict[Any, tuple[list[str], list[tuple[str, bool, bool]]]] = {}
 
 
 def _names(model: Any, loaded: tuple[str, ...] | None = None) -> tuple[list[str], list[str]]:
@@ -100,19 +107,17 @@ def _names(model: Any, loaded: tuple[str, ...] | None = None) -> tuple[list[str]
     return found
 
 
-def _comparisons(model: Any) -> list[tuple[str, str, bool, bool]]:
-    """(name, attname, is JSON, auto_now) of the fields changed_fields compares: all but the
-    primary key, in the model's order."""
+def _comparisons(model: Any) -> tuple[list[str], list[tuple[str, bool, bool]]]:
+    """The attnames of the fields changed_fields compares (all but the primary key, in the
+    model's order), and for each its (name, is JSON, auto_now)."""
     found = _COMPARISONS.get(model)
     if found is None:
-        found = _COMPARISONS[model] = [
-            (
-                f.name,
-                f.attname,
-                isinstance(f, models.JSONField),
-                bool(getattr(f, "auto_now", False)),
-            )
-            for f in model._meta.concrete_fields
-            if not f.primary_key
-        ]
+        fields = [f for f in model._meta.concrete_fields if not f.primary_key]
+        found = _COMPARISONS[model] = (
+            [f.attname for f in fields],
+            [
+                (f.name, isinstance(f, models.JSONField), bool(getattr(f, "auto_now", False)))
+                for f in fields
+            ],
+        )
     return found

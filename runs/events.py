@@ -22,11 +22,12 @@ from hashlib import sha256
 from typing import Any
 
 import jsonschema
+import orjson
 from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.utils import timezone
 
 from runs import dbvalues, schema_check, sql
-from runs.canonical import canonical_json
+from runs.canonical import canonical_json, canonical_json_around, plain_json
 from runs.models import Event, Run
 
 GENESIS_HASH = "0" * 64
@@ -102,9 +103,12 @@ def iso(moment: datetime) -> str:
     return moment.astimezone(UTC).isoformat(timespec="microseconds")
 
 
-def compute_hash(event: Event) -> str:
-    """The hash of everything an event says, chained to the run's previous event."""
-    return hash_body(event_body(event))
+def compute_hash(event: Event, encoded_payload: bytes | None = None) -> str:
+    """The hash of everything an event says, chained to the run's previous event.
+    `encoded_payload`: the canonical JSON of `event.payload`, when the caller has it."""
+    if encoded_payload is None:
+        return hash_body(event_body(event))
+    return sha256(canonical_json_around(event_body(event), "payload", encoded_payload)).hexdigest()
 
 
 def event_body(event: Event) -> dict[str, Any]:
@@ -175,6 +179,8 @@ def append(
     # the receipt by the claim), unless the caller names another cause.
     causation_id = ids.causation_id or previous_of_call
     now = timezone.now()
+    # A JSON round trip now gives the hash the same payload that the database returns.
+    stored, encoded = payload_roundtrip(payload)
     # Made as Event(...) makes it, without its constructor's per-field loop (runs/dbvalues.py).
     event = dbvalues.new(
         Event,
@@ -195,12 +201,11 @@ def append(
             causation_id=causation_id,
             occurred_at=occurred_at or now,
             recorded_at=now,
-            # A JSON round trip now gives the hash the same payload that the database returns.
-            payload=rfc8785_roundtrip(payload),
+            payload=stored,
             prev_hash=last["hash"] if last else GENESIS_HASH,
         ),
     )
-    event.hash = compute_hash(event)
+    event.hash = compute_hash(event, encoded)
     if current is None:
         sql.insert_events([event])
     else:
@@ -277,9 +282,13 @@ class _Batch:
 _local = threading.local()
 
 
-def _batch_here(conn: Any = connection) -> _Batch | None:
+def _batch_here(conn: Any = None) -> _Batch | None:
     current = getattr(_local, "batch", None)
-    if current is not None and conn.savepoint_ids != current.savepoints:
+    if current is None:
+        return None
+    if conn is None:
+        conn = connections[DEFAULT_DB_ALIAS]  # not the `connection` proxy: it looks it up per read
+    if conn.savepoint_ids != current.savepoints:
         # What a savepoint appends must roll back with it, and what the batch holds must
         # not: neither is possible once the batch's INSERT waits for the end of the block.
         raise RuntimeError("no event is appended inside a savepoint opened in an event batch")
@@ -298,9 +307,10 @@ def batch(calls: dict[str, str] | None = None, *, held: Collection[str] = ()) ->
     if getattr(_local, "batch", None) is not None:
         yield
         return
-    if not connection.in_atomic_block:
+    conn = connections[DEFAULT_DB_ALIAS]  # once: each `connection.…` looks it up again
+    if not conn.in_atomic_block:
         raise RuntimeError("a batch of events is written inside a transaction")
-    _local.batch = _Batch(connection, calls, held)
+    _local.batch = _Batch(conn, calls, held)
     try:
         yield
         _local.batch.flush()
@@ -321,12 +331,13 @@ def batch_knows_head(run_id: str, last: dict[str, Any] | None, new_calls: list[s
     current.last_of_call.update(dict.fromkeys(new_calls, ""))
 
 
-def batch_take_pending() -> list[Event]:
+def batch_take_pending(conn: Any = None) -> list[Event]:
     """Inside a batch: its events not written yet, handed to a caller whose own statement
     writes them now (toolcalls/sql_propose.py: the proposal's call, its dispatch message and
     its events in one INSERT); the batch keeps their chain heads and writes only the events
-    appended after this at its end. Outside a batch: none."""
-    current = _batch_here()
+    appended after this at its end. Outside a batch: none. `conn`: the default database's
+    connection, when the caller has it."""
+    current = _batch_here(conn)
     if current is None:
         return []
     pending, current.pending = current.pending, []
@@ -342,13 +353,31 @@ def batch_holds_run(run_id: str) -> bool:
 
 
 def rfc8785_roundtrip(payload: dict[str, Any]) -> dict[str, Any]:
-    # A flat payload of strings, integers, booleans and nulls (most transitions' events) comes
-    # back as plain copies of its values, without serialising it twice per event
-    # (canonicalising was the largest cost of a dispatch batch after its statements;
-    # profile_dispatch --profile). What JSON cannot carry as it is (an integer past 2**53, a
-    # lone surrogate) is still refused, by the hash's canonicalisation of the same payload.
+    return payload_roundtrip(payload)[0]
+
+
+def payload_roundtrip(payload: dict[str, Any]) -> tuple[dict[str, Any], bytes | None]:
+    """(what a JSON round trip through RFC 8785 gives `payload`, its canonical bytes when they
+    were made on the way: the hash then writes the event around them, compute_hash).
+
+    A flat payload of strings, integers, booleans and nulls (most transitions' events) comes
+    back as plain copies of its values, without serialising it twice per event
+    (canonicalising was the largest cost of a dispatch batch after its statements;
+    profile_dispatch --profile). What JSON cannot carry as it is (an integer past 2**53, a
+    lone surrogate) is still refused, by the hash's canonicalisation of the same payload.
+    A plain tree (a proposal's payload, with its arguments: dicts with ASCII keys, lists,
+    strings, integers within 2**53, booleans, nulls) is canonicalised once, for both, and
+    loaded by orjson: what comes back is the same tree, so its canonical form is those bytes.
+    A float may not come back the same (a large one comes back an integer, which the hash
+    then refuses, as RFC 8785 does): such a payload takes the round trip, and the hash
+    canonicalises what came back (tests/test_event_payload_roundtrip.py)."""
     flat = _flat_copy(payload)
-    return flat if flat is not None else json.loads(canonical_json(payload))
+    if flat is not None:
+        return flat, None
+    encoded = plain_json(payload)
+    if encoded is None:
+        return json.loads(canonical_json(payload)), None
+    return orjson.loads(encoded), encoded
 
 
 def _flat_copy(payload: dict[str, Any]) -> dict[str, Any] | None:

@@ -37,7 +37,7 @@ def write(
         return
     from runs.sql import cursor_for  # runs.sql writes through this module
 
-    cursor = cursor_for(conn)
+    cursor = cursor_for(conn, statement)
     cursor.execute(statement, params)
     _check(cursor.rowcount, rows, error)
 

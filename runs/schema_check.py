@@ -138,7 +138,13 @@ def _object_check(schema: dict[str, Any]) -> Check | None:
     compiled = {name: compile_schema(sub) for name, sub in properties.items()}
     if any(check is None for check in compiled.values()):
         return None
-    subs: dict[Any, Check] = compiled  # type: ignore[assignment]
+    # Each property's check, and the exact types that pass it without a call (its schema a
+    # type alone: most payload fields). Another value (a str subclass, a status) is asked of
+    # the check itself, which gives the answer.
+    subs: dict[Any, tuple[frozenset[type], Check]] = {
+        name: (_exact_types(properties[name]), sub)  # type: ignore[misc]
+        for name, sub in compiled.items()
+    }
 
     def check(value: Any) -> bool:
         # A non-object is left to jsonschema (these keywords would not apply to it).
@@ -148,13 +154,36 @@ def _object_check(schema: dict[str, Any]) -> Check | None:
             if name not in value:
                 return False
         for name, item in value.items():
-            sub = subs.get(name)
-            if sub is None:
+            if name not in subs:
                 if others_allowed:
                     continue
                 return False
+            exact, sub = subs[name]
+            if type(item) in exact:
+                continue
             if not sub(item):
                 return False
         return True
 
     return check
+
+
+# The types that `_TYPES`' check of each name passes exactly as they are.
+_EXACT: dict[str, tuple[type, ...]] = {
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+    "null": (type(None),),
+    "object": (dict,),
+    "array": (list,),
+}
+
+
+def _exact_types(schema: dict[str, Any]) -> frozenset[type]:
+    """The types whose every value `schema` accepts, when it says no more than `type`
+    (annotations aside); none otherwise."""
+    if schema.keys() - _NOTES != {"type"}:
+        return frozenset()
+    names = schema["type"] if type(schema["type"]) is list else [schema["type"]]
+    return frozenset(kind for name in names for kind in _EXACT[name])

@@ -16,23 +16,38 @@ from runs import dbvalues, pipeline
 from runs.models import ApiKey, Event, Run, Tenant, User
 
 
-def cursor_for(conn: Any) -> Any:
-    """`conn.cursor()`, or the one it gave last time while what would make it another is
-    unchanged: the same database connection, its health check done (or none asked), the
-    same logging of queries (a debug cursor records them) and time zone. Making one is ~43
-    µs of CPU (Django's checks and wrapper, psycopg's cursor) and a proposal made five.
-    It is not closed: a caller fetches what it reads before its next statement."""
-    kept = getattr(conn, "_kept_cursor", None)
-    if kept is not None and (
+def cursor_for(conn: Any, statement: str | None = None) -> Any:
+    """`conn.cursor()`, or the one it gave last time for `statement` while what would make it
+    another is unchanged: the same database connection, its health check done (or none
+    asked), the same logging of queries (a debug cursor records them) and time zone. Making
+    one is ~43 µs of CPU (Django's checks and wrapper, psycopg's cursor) and a proposal made
+    five. It is not closed: a caller fetches what it reads before that statement runs again.
+
+    One cursor per statement (None: one for any): psycopg keeps a cursor's adapters (its
+    Transformer: the dumpers of the parameters' types, the loaders of the columns') while it
+    runs the same statement object again, and makes new ones for another statement (about
+    ten Python calls per statement, tests/test_runs_sql_cursor.py)."""
+    kept = getattr(conn, "_kept_cursors", None)
+    if kept is None or not (
         kept[0] is conn.connection
         and (conn.health_check_done or not conn.health_check_enabled)
         and kept[1] == conn.queries_logged
         and kept[2] is conn.timezone
     ):
-        return kept[3]
-    made = conn.cursor()
-    conn._kept_cursor = (conn.connection, conn.queries_logged, conn.timezone, made)
-    return made
+        kept = (conn.connection, conn.queries_logged, conn.timezone, {})
+        conn._kept_cursors = kept
+    cursors = kept[3]
+    cursor = cursors.get(statement)
+    if cursor is None:
+        if len(cursors) >= _MAX_KEPT_CURSORS:
+            cursors.clear()  # a caller passing statements made anew each time
+        # The first one of a connection runs the health check, if one is due; later ones
+        # find it done.
+        cursor = cursors[statement] = conn.cursor()
+    return cursor
+
+
+_MAX_KEPT_CURSORS = 64
 
 
 # The run's last event, and the id of the tool call's last event, in one statement (none
@@ -85,11 +100,13 @@ def lock_and_read_heads(run_ids: list[str], first: str) -> dict[str, dict[str, A
     -> its last event (None when it has none yet), for the runs that exist. Two statements
     for any number of runs, for the same reason as there: the read must not share the lock's
     snapshot."""
-    cursor = cursor_for(connections[DEFAULT_DB_ALIAS])
+    conn = connections[DEFAULT_DB_ALIAS]
+    cursor = cursor_for(conn, _LOCK_RUNS)
     cursor.execute(_LOCK_RUNS, [list(run_ids), first])
     locked = [row[0] for row in cursor.fetchall()]
     if not locked:
         return {}
+    cursor = cursor_for(conn, _HEADS)
     cursor.execute(_HEADS, [locked])
     rows = cursor.fetchall()
     fields = ("id", "seq", "hash", "tool_call_id")
@@ -100,7 +117,7 @@ def lock_and_read_heads(run_ids: list[str], first: str) -> dict[str, dict[str, A
 
 def last_event_of_call(tool_call_id: str) -> str:
     """The id of the tool call's last stored event ('' when none), for a run already locked."""
-    cursor = cursor_for(connections[DEFAULT_DB_ALIAS])
+    cursor = cursor_for(connections[DEFAULT_DB_ALIAS], _LAST_OF_CALL)
     cursor.execute(_LAST_OF_CALL, [tool_call_id])
     row = cursor.fetchone()
     return row[0] if row else ""
@@ -114,7 +131,7 @@ _LAST_OF_CALLS = (
 
 def last_events_of_calls(tool_call_ids: list[str]) -> dict[str, str]:
     """`last_event_of_call` of many calls in one statement (a call with none is left out)."""
-    cursor = cursor_for(connections[DEFAULT_DB_ALIAS])
+    cursor = cursor_for(connections[DEFAULT_DB_ALIAS], _LAST_OF_CALLS)
     cursor.execute(_LAST_OF_CALLS, [list(tool_call_ids)])
     return dict(cursor.fetchall())
 
@@ -141,13 +158,14 @@ def insert_events(events: list[Event]) -> None:
     _saved(events)
 
 
-def events_insert(events: list[Event]) -> tuple[str, str]:
+def events_insert(events: list[Event], conn: Any = None) -> tuple[str, str]:
     """(the INSERT of these events, its one parameter) on PostgreSQL, for a caller that sends
     it as the last part of its own statement, after a data-modifying WITH (toolcalls/
     sql_propose.py: the proposal's call and its events in one round trip). The rows are
     `insert_events`' (one JSON parameter, the same text for any number of events: psycopg and
-    the server parse and plan it once); `events_saved(events)` once the statement ran."""
-    plan = dbvalues.plan(Event, connections[DEFAULT_DB_ALIAS])
+    the server parse and plan it once); `events_saved(events)` once the statement ran.
+    `conn`: the default database's connection, when the caller has it."""
+    plan = dbvalues.plan(Event, conn or connections[DEFAULT_DB_ALIAS])
     return _json_insert(plan, plan.every), plan.json_rows(events, plan.every, True)
 
 
@@ -295,9 +313,9 @@ def insert_rows(objs: list[Any]) -> None:
 
 
 def _saved(objs: list[Any]) -> None:
-    # As save() leaves them. The alias read once: `connection` is a proxy that finds the
-    # thread's connection on each attribute read (asgiref's Local), ~5 us a row here.
-    alias = connection.alias
+    # As save() leaves them. Not `connection.alias`: the proxy finds the thread's connection
+    # on each attribute read (asgiref's Local), and its alias is always this one.
+    alias = DEFAULT_DB_ALIAS
     for obj in objs:
         obj._state.adding, obj._state.db = False, alias
 
@@ -368,8 +386,9 @@ def update_many(objs: list[Any], names: list[str]) -> None:
     indexes = _indexes(plan, names)
     key = plan.fields.index(meta.pk)
     rows = plan.json_rows(objs, [key, *indexes], False)
-    cursor = cursor_for(conn)
-    cursor.execute(_update_many(meta, plan, key, indexes), [rows])
+    statement = _update_many(meta, plan, key, indexes)
+    cursor = cursor_for(conn, statement)
+    cursor.execute(statement, [rows])
     if cursor.rowcount != len(objs):
         raise DatabaseError("Save with update_fields did not affect every row.")
     fields = [plan.fields[i] for i in indexes]

@@ -1,6 +1,7 @@
 """runs/sql.py's `cursor_for`: the same cursor again for the next statement, and a new one
 whenever `connection.cursor()` would have made a different one (another connection, a health
-check due, queries logged or not, another time zone)."""
+check due, queries logged or not, another time zone); one per statement named, which keeps
+psycopg's adapters for that statement from one run of it to the next."""
 
 from __future__ import annotations
 
@@ -29,8 +30,8 @@ def test_it_gives_the_same_cursor_to_the_next_statement() -> None:
 
 def test_a_new_connection_gets_a_new_cursor() -> None:
     before = sql.cursor_for(connection)
-    kept = connection._kept_cursor
-    connection._kept_cursor = (object(), *kept[1:])  # made on a connection since closed
+    kept = connection._kept_cursors
+    connection._kept_cursors = (object(), *kept[1:])  # made on a connection since closed
     after = sql.cursor_for(connection)
     assert after is not before
     assert _one(3) == 3
@@ -59,3 +60,28 @@ def test_another_time_zone_gets_a_new_cursor(monkeypatch: pytest.MonkeyPatch) ->
     kept = sql.cursor_for(conn)
     monkeypatch.setitem(conn.__dict__, "timezone", zoneinfo.ZoneInfo("Europe/Paris"))
     assert sql.cursor_for(conn) is not kept
+
+
+def test_a_statement_keeps_its_cursor_and_psycopg_s_adapters_between_other_statements() -> None:
+    by_number, by_text = "SELECT %s::int", "SELECT %s::text"
+    cursor = sql.cursor_for(connection, by_number)
+    cursor.execute(by_number, [1])
+    adapters = cursor.cursor._tx  # psycopg's Transformer: the dumpers and loaders it found
+    other = sql.cursor_for(connection, by_text)
+    other.execute(by_text, ["x"])
+
+    again = sql.cursor_for(connection, by_number)
+    again.execute(by_number, [2])
+
+    assert again is cursor and other is not cursor
+    assert again.cursor._tx is adapters
+    assert (again.fetchone(), other.fetchone()) == ((2,), ("x",))
+
+
+def test_statements_made_anew_each_time_do_not_pile_up_cursors() -> None:
+    for number in range(sql._MAX_KEPT_CURSORS * 2):
+        statement = f"SELECT {number}"
+        cursor = sql.cursor_for(connection, statement)
+        cursor.execute(statement)
+        assert cursor.fetchone() == (number,)
+    assert len(connection._kept_cursors[3]) <= sql._MAX_KEPT_CURSORS

@@ -109,3 +109,57 @@ def test_the_capabilities_arguments_take_the_quick_check() -> None:
         for example in capability.input_schema.get("examples", []):
             assert capability.validate(example) == []
             assert capability.quick_check is None or capability.quick_check(example)
+
+
+class _Status(str):
+    """A str subclass, as a status (TextChoices) is: a string to jsonschema."""
+
+
+_VALUES = [
+    True,
+    False,
+    0,
+    7,
+    -1,
+    1.0,
+    2.5,
+    "",
+    "a1",
+    _Status("ok"),
+    None,
+    {},
+    {"a": 1},
+    [],
+    [1],
+    (),
+]
+_PROPERTY_SCHEMAS = [
+    *({"type": name} for name in _TYPE_NAMES),
+    {"type": ["string", "null"]},
+    {"type": ["integer", "boolean"], "description": "annotations say nothing"},
+    {"type": "integer", "minimum": 0},
+    {"type": "string", "minLength": 1},
+    {"type": "string", "pattern": "^a"},
+    {"type": "object", "properties": {"a": {"type": "string"}}},
+    {"type": "array", "items": {"type": "integer"}},
+    {"minimum": 1},
+]
+
+
+@pytest.mark.parametrize("sub", _PROPERTY_SCHEMAS, ids=str)
+def test_a_property_s_value_passes_the_quick_check_only_where_jsonschema_takes_it(
+    sub: dict[str, Any],
+) -> None:
+    # A property's value of exactly its type passes without its check being called; any
+    # other value is asked of the check. Both must agree with jsonschema.
+    schema = {"type": "object", "properties": {"p": sub}, "required": ["p"]}
+    quick = compile_schema(schema)
+    assert quick is not None
+    validator = jsonschema.Draft202012Validator(schema)
+    for value in _VALUES:
+        if quick({"p": value}):
+            assert validator.is_valid({"p": value}), value
+    exact = {"string": "a1", "integer": 7, "number": 2.5, "boolean": True, "null": None}
+    exact.update(object={}, array=[1])
+    if sub.keys() - {"description"} == {"type"} and type(sub["type"]) is str:
+        assert quick({"p": exact[sub["type"]]})  # a value of its very type passes

@@ -38,8 +38,8 @@ _LOCK = (
 )
 
 
-def _row(model: Any, values: tuple) -> Any:
-    return dbvalues.from_row(model, connections[DEFAULT_DB_ALIAS], values)
+def _row(model: Any, values: tuple, conn: Any = None) -> Any:
+    return dbvalues.from_row(model, conn or connections[DEFAULT_DB_ALIAS], values)
 
 
 # The same for many calls (a dispatch batch): one statement, in the order of their runs so
@@ -50,6 +50,7 @@ _LOCK_MANY = (
     " JOIN runs_tenant t ON t.id = c.tenant_id WHERE c.id = ANY(%s)"
     " ORDER BY c.run_id, c.id FOR NO KEY UPDATE OF c"
 )
+_LOCK_MANY_SKIP_LOCKED = _LOCK_MANY + " SKIP LOCKED"
 
 
 def lock_call(tool_call_id: str) -> ToolCall | None:
@@ -61,7 +62,7 @@ def lock_call(tool_call_id: str) -> ToolCall | None:
             .filter(pk=tool_call_id)
             .first()
         )
-    cursor = runs_sql.cursor_for(connections[DEFAULT_DB_ALIAS])
+    cursor = runs_sql.cursor_for(connections[DEFAULT_DB_ALIAS], _LOCK)
     cursor.execute(_LOCK, [tool_call_id])
     row = cursor.fetchone()
     if row is None:
@@ -76,8 +77,8 @@ def lock_calls(tool_call_ids: list[str], *, skip_locked: bool = False) -> list[T
         query = ToolCall.objects.select_for_update(of=("self",), no_key=True)
         query = query.select_related("run", "tenant").filter(pk__in=tool_call_ids)
         return list(query.order_by("run_id", "id"))
-    statement = _LOCK_MANY + (" SKIP LOCKED" if skip_locked else "")
-    cursor = runs_sql.cursor_for(connections[DEFAULT_DB_ALIAS])
+    statement = _LOCK_MANY_SKIP_LOCKED if skip_locked else _LOCK_MANY
+    cursor = runs_sql.cursor_for(connections[DEFAULT_DB_ALIAS], statement)
     cursor.execute(statement, [list(tool_call_ids)])
     rows = cursor.fetchall()
     return [_call_of(row) for row in rows]
@@ -140,7 +141,7 @@ def readiness_of(calls: list[ToolCall]) -> dict[str, Readiness]:
     """`readiness` of each call, read in one statement."""
     if not calls:
         return {}
-    cursor = runs_sql.cursor_for(connections[DEFAULT_DB_ALIAS])
+    cursor = runs_sql.cursor_for(connections[DEFAULT_DB_ALIAS], _READINESS_MANY)
     cursor.execute(_READINESS_MANY, [[call.pk for call in calls]])
     rows = cursor.fetchall()
     return {row[0]: Readiness(row[1], bool(row[2]), row[3], row[4]) for row in rows}
@@ -186,7 +187,7 @@ def proposal_lookup(
     conn = connections[DEFAULT_DB_ALIAS]  # once: each `connection.…` looks it up again
     if conn.vendor != "postgresql":
         return _proposal_lookup_orm(tenant_id, run_id, key, capability_id, object_ref)
-    cursor = runs_sql.cursor_for(conn)
+    cursor = runs_sql.cursor_for(conn, _LOOKUP)
     target = [tenant_id, capability_id, object_ref]
     cursor.execute(_LOOKUP, [tenant_id, key, *target, run_id, tenant_id])
     row = cursor.fetchone()
@@ -231,13 +232,14 @@ def lock_run(*, tenant_id: int | None, run_id: str) -> Run | None:
     if not conn.features.has_select_for_update:
         runs = Run.objects.select_for_update().filter(pk=run_id)
         return (runs if tenant_id is None else runs.filter(tenant_id=tenant_id)).first()
-    cursor = runs_sql.cursor_for(conn)
     if tenant_id is None:
+        cursor = runs_sql.cursor_for(conn, _LOCK_RUN)
         cursor.execute(_LOCK_RUN, [run_id])
     else:
+        cursor = runs_sql.cursor_for(conn, _LOCK_TENANT_RUN)
         cursor.execute(_LOCK_TENANT_RUN, [run_id, tenant_id])
     row = cursor.fetchone()
-    return None if row is None else _row(Run, row)
+    return None if row is None else _row(Run, row, conn)
 
 
 def calls_in_run(run_id: str) -> int:
@@ -260,9 +262,10 @@ def insert_call(call: ToolCall) -> None:
     call_inserted(call)
 
 
-def call_values(call: ToolCall) -> list[Any]:
-    """The new call's column values, as `save(force_insert=True)` prepares them."""
-    plan = dbvalues.plan(ToolCall, connections[DEFAULT_DB_ALIAS])
+def call_values(call: ToolCall, conn: Any = None) -> list[Any]:
+    """The new call's column values, as `save(force_insert=True)` prepares them (`conn`: the
+    default database's connection, when the caller has it)."""
+    plan = dbvalues.plan(ToolCall, conn or connections[DEFAULT_DB_ALIAS])
     return plan.params(call, plan.every, True)
 
 
@@ -409,7 +412,7 @@ def end_attempts(ends: list[AttemptEnd]) -> None:
         [e.error_name for e in ends],
         [e.http_status for e in ends],
     ]
-    cursor = runs_sql.cursor_for(connections[DEFAULT_DB_ALIAS])
+    cursor = runs_sql.cursor_for(connections[DEFAULT_DB_ALIAS], _END_ATTEMPTS)
     cursor.execute(_END_ATTEMPTS, columns)
 
 
@@ -435,7 +438,7 @@ def bump_revisions(writes: dict[tuple[int, str], int]) -> set[tuple[int, str]]:
                 moved.add((tenant_id, ref))
         return moved
     keys = list(writes)
-    cursor = runs_sql.cursor_for(connections[DEFAULT_DB_ALIAS])
+    cursor = runs_sql.cursor_for(connections[DEFAULT_DB_ALIAS], _BUMP_REVISIONS)
     cursor.execute(
         _BUMP_REVISIONS,
         [[k[0] for k in keys], [k[1] for k in keys], [writes[k] for k in keys]],

@@ -28,7 +28,7 @@ def mark_done(outbox_ids: list[str], at: datetime) -> None:
     if conn.vendor != "postgresql":
         OutboxMessage.objects.filter(pk__in=outbox_ids, done_at=None).update(done_at=at)
         return
-    runs_sql.cursor_for(conn).execute(_MARK_DONE, [at, list(outbox_ids)])
+    runs_sql.cursor_for(conn, _MARK_DONE).execute(_MARK_DONE, [at, list(outbox_ids)])
 
 
 _WEBHOOK = Webhook._meta.concrete_fields
@@ -43,7 +43,7 @@ def active_webhooks(tenant_id: int) -> list[Webhook]:
     conn = connections[DEFAULT_DB_ALIAS]
     if conn.vendor != "postgresql":
         return list(Webhook.objects.filter(tenant_id=tenant_id, active=True))
-    cursor = runs_sql.cursor_for(conn)
+    cursor = runs_sql.cursor_for(conn, _ACTIVE_HOOKS)
     cursor.execute(_ACTIVE_HOOKS, [tenant_id])
     return [dbvalues.from_row(Webhook, conn, row) for row in cursor.fetchall()]
 
@@ -65,6 +65,6 @@ def authorized_waiting_for(tool_call_ids: list[str]) -> list[str]:
             depends_on__in=tool_call_ids, execution_status=authorized
         ).order_by("pk")
         return list(dict.fromkeys(waiting.values_list("pk", flat=True)))
-    cursor = runs_sql.cursor_for(conn)
+    cursor = runs_sql.cursor_for(conn, _WAITING)
     cursor.execute(_WAITING, [list(tool_call_ids), authorized])
     return [row[0] for row in cursor.fetchall()]

@@ -62,7 +62,7 @@ def run_tally(*, run_id: str, tenant_id: int, capability_id: str) -> RunTally:
     conn = connections[DEFAULT_DB_ALIAS]  # once: each `connection.…` looks it up again
     if conn.vendor != "postgresql":
         return RunTally(calls_in_run(run_id), None, head_read=False)
-    cursor = runs_sql.cursor_for(conn)
+    cursor = runs_sql.cursor_for(conn, _TALLY)
     cursor.execute(_TALLY, [run_id, tenant_id, capability_id, run_id])
     calls, policy_id, *last = cursor.fetchone()
     head = None if last[0] is None else dict(zip(("id", "seq", "hash"), last, strict=True))
@@ -75,7 +75,7 @@ def insert_decided(call: ToolCall, *, created_at: datetime, message: OutboxMessa
     in one statement. Inside `transitions.saved_once(call)`, whose save at the block's end then
     finds nothing to write; `call_written(call)` after that block."""
     conn = connections[DEFAULT_DB_ALIAS]  # once: each `connection.…` looks it up again
-    values = call_values(call)
+    values = call_values(call, conn)
     call.created_at = created_at
     values[_CREATED_AT] = dbvalues.plan(ToolCall, conn).param(_CREATED_AT, created_at)
     if conn.vendor != "postgresql":  # no INSERT in a WITH
@@ -106,19 +106,32 @@ def _insert_together(conn: Any, values: list[Any], message: OutboxMessage | None
         plan = dbvalues.plan(OutboxMessage, conn)
         parts.append(_INSERT_MESSAGE)
         params += plan.params(message, plan.every, True)
-    pending = events.batch_take_pending()
+    pending = events.batch_take_pending(conn)
     if pending:
-        events_insert, rows = runs_sql.events_insert(pending)
+        events_insert, rows = runs_sql.events_insert(pending, conn)
         parts.append(events_insert)
         params.append(rows)
-    statement = parts[-1]
-    if len(parts) > 1:  # no part reads another: the names only label them
-        withs = ", ".join(f"w{i} AS ({part})" for i, part in enumerate(parts[:-1]))
-        statement = f"WITH {withs} {statement}"
-    runs_sql.cursor_for(conn).execute(statement, params)
+    statement = _together(tuple(parts))
+    runs_sql.cursor_for(conn, statement).execute(statement, params)
     if message is not None:
         message._state.adding, message._state.db = False, conn.alias
     runs_sql.events_saved(pending)
+
+
+# The statements made of parts (two or three kinds per proposal), each made once: the same
+# text object each time, so psycopg keeps its adapters for it (runs/sql.py cursor_for).
+_TOGETHER: dict[tuple[str, ...], str] = {}
+
+
+def _together(parts: tuple[str, ...]) -> str:
+    statement = _TOGETHER.get(parts)
+    if statement is None:
+        statement = parts[-1]
+        if len(parts) > 1:  # no part reads another: the names only label them
+            withs = ", ".join(f"w{i} AS ({part})" for i, part in enumerate(parts[:-1]))
+            statement = f"WITH {withs} {statement}"
+        _TOGETHER[parts] = statement
+    return statement
 
 
 def call_written(call: ToolCall) -> None:
