@@ -109,26 +109,61 @@ def compute_hash(event: Event) -> str:
 
 def event_body(event: Event) -> dict[str, Any]:
     """What an event's hash covers (bench/pages_seed.py clones its canonical form)."""
+    try:
+        # From the row's values: `run_id` and `tenant_id` are foreign keys, whose descriptor
+        # is a call per read.
+        return _body(event.__dict__)
+    except KeyError:  # a deferred field: its descriptor loads it
+        return _body({name: getattr(event, name) for name in _BODY_ATTNAMES})
+
+
+_BODY_ATTNAMES = (
+    "id",
+    "run_id",
+    "seq",
+    "event_type",
+    "schema_version",
+    "producer",
+    "tenant_id",
+    "actor",
+    "turn_id",
+    "decision_id",
+    "capability_id",
+    "tool_call_id",
+    "approval_id",
+    "correlation_id",
+    "causation_id",
+    "occurred_at",
+    "recorded_at",
+    "payload",
+    "prev_hash",
+)
+
+
+def _body(values: dict[str, Any]) -> dict[str, Any]:
+    occurred_at, recorded_at = values["occurred_at"], values["recorded_at"]
+    occurred = iso(occurred_at)
     return {
-        "id": event.id,
-        "run": event.run_id,
-        "seq": event.seq,
-        "type": event.event_type,
-        "schema_version": event.schema_version,
-        "producer": event.producer,
-        "tenant": event.tenant_id,
-        "actor": event.actor,
-        "turn_id": event.turn_id,
-        "decision_id": event.decision_id,
-        "capability_id": event.capability_id,
-        "tool_call_id": event.tool_call_id,
-        "approval_id": event.approval_id,
-        "correlation_id": event.correlation_id,
-        "causation_id": event.causation_id,
-        "occurred_at": iso(event.occurred_at),
-        "recorded_at": iso(event.recorded_at),
-        "payload": event.payload,
-        "prev_hash": event.prev_hash,
+        "id": values["id"],
+        "run": values["run_id"],
+        "seq": values["seq"],
+        "type": values["event_type"],
+        "schema_version": values["schema_version"],
+        "producer": values["producer"],
+        "tenant": values["tenant_id"],
+        "actor": values["actor"],
+        "turn_id": values["turn_id"],
+        "decision_id": values["decision_id"],
+        "capability_id": values["capability_id"],
+        "tool_call_id": values["tool_call_id"],
+        "approval_id": values["approval_id"],
+        "correlation_id": values["correlation_id"],
+        "causation_id": values["causation_id"],
+        "occurred_at": occurred,
+        # One clock reading for both (`append(at=...)`): written out once.
+        "recorded_at": occurred if recorded_at is occurred_at else iso(recorded_at),
+        "payload": values["payload"],
+        "prev_hash": values["prev_hash"],
     }
 
 
@@ -161,20 +196,25 @@ def append(
     actor: str = "",
     ids: Ids = NO_IDS,
     occurred_at: datetime | None = None,
+    at: datetime | None = None,
 ) -> Event:
     """Append one event to the run's log, inside the caller's transaction (inside a `batch`,
-    the INSERT waits for the end of the batch)."""
-    conn = connections[DEFAULT_DB_ALIAS]  # once: each `connection.…` looks it up again
+    the INSERT waits for the end of the batch). `at`: the clock as the caller just read it
+    (a transition's moment, kept on its row), the event's occurred_at and recorded_at both."""
+    current = getattr(_local, "batch", None)
+    # A batch keeps its connection: each `connections[…]` is a look-up in asgiref's Local.
+    conn = connections[DEFAULT_DB_ALIAS] if current is None else current.conn
     if not conn.in_atomic_block:
         raise RuntimeError("events are appended inside the transaction of their state change")
     version = latest_version(event_type)
     validate(event_type, version, payload)
-    current = _batch_here(conn)
+    if current is not None:
+        _check_savepoints(current, conn)
     last, previous_of_call = (current or _Batch(conn)).head(run.pk, ids.tool_call_id)
     # A tool call's events are caused by its previous event (the claim by the authorization,
     # the receipt by the claim), unless the caller names another cause.
     causation_id = ids.causation_id or previous_of_call
-    now = timezone.now()
+    now = at or timezone.now()
     # Made as Event(...) makes it, without its constructor's per-field loop (runs/dbvalues.py).
     event = dbvalues.new(
         Event,
@@ -215,6 +255,7 @@ class _Batch:
     def __init__(
         self, conn: Any, calls: dict[str, str] | None = None, held: Collection[str] = ()
     ) -> None:
+        self.conn = conn
         self.savepoints = list(conn.savepoint_ids)
         # Runs whose lock the transaction took before the block (`batch(held=...)`).
         self.held = frozenset(held)
@@ -246,7 +287,7 @@ class _Batch:
         dispatched call's 42 statements). False (nothing done) where one run's path is as
         cheap: fewer than two of them, or no row locks to take in one statement."""
         waiting = [run for run in self.expected if run not in self.heads]
-        if run_id not in waiting or len(waiting) < 2 or connection.vendor != "postgresql":
+        if run_id not in waiting or len(waiting) < 2 or self.conn.vendor != "postgresql":
             return False
         heads = sql.lock_and_read_heads(waiting, run_id)
         if run_id not in heads:
@@ -279,11 +320,22 @@ _local = threading.local()
 
 def _batch_here(conn: Any = connection) -> _Batch | None:
     current = getattr(_local, "batch", None)
-    if current is not None and conn.savepoint_ids != current.savepoints:
+    if current is not None:
+        _check_savepoints(current, conn)
+    return current
+
+
+def _check_savepoints(current: _Batch, conn: Any) -> None:
+    if conn.savepoint_ids != current.savepoints:
         # What a savepoint appends must roll back with it, and what the batch holds must
         # not: neither is possible once the batch's INSERT waits for the end of the block.
         raise RuntimeError("no event is appended inside a savepoint opened in an event batch")
-    return current
+
+
+def in_batch() -> bool:
+    """Whether an event batch is open in this thread: then a transaction is (`batch` opens
+    only inside one, and closes before it ends)."""
+    return getattr(_local, "batch", None) is not None
 
 
 @contextmanager
@@ -298,9 +350,10 @@ def batch(calls: dict[str, str] | None = None, *, held: Collection[str] = ()) ->
     if getattr(_local, "batch", None) is not None:
         yield
         return
-    if not connection.in_atomic_block:
+    conn = connections[DEFAULT_DB_ALIAS]  # the thread's own, not the proxy
+    if not conn.in_atomic_block:
         raise RuntimeError("a batch of events is written inside a transaction")
-    _local.batch = _Batch(connection, calls, held)
+    _local.batch = _Batch(conn, calls, held)
     try:
         yield
         _local.batch.flush()
@@ -354,11 +407,13 @@ def rfc8785_roundtrip(payload: dict[str, Any]) -> dict[str, Any]:
 def _flat_copy(payload: dict[str, Any]) -> dict[str, Any] | None:
     """What the JSON round trip gives for a flat payload; None for any other."""
     copy: dict[str, Any] = {}
-    ascii_keys = True
+    try:
+        ascii_keys = "".join(payload).isascii()  # one test for the keys, not one per key
+    except TypeError:  # a key that is not a string
+        return None
     for key, value in payload.items():
         if type(key) is not str:
             return None
-        ascii_keys = ascii_keys and key.isascii()
         if value is None or type(value) in _EXACT:
             copy[key] = value
         elif isinstance(value, str):  # a status (TextChoices): its plain string

@@ -37,12 +37,16 @@ def apply(
     ids: events.Ids = events.NO_IDS,
     reason: str = "",
     refusal: str,
-    occurred_at: datetime | None = None,
+    at: datetime | None = None,
     **details: Any,
 ) -> Event:
     """Apply transition `action` of `obj`, append its event with `from`, `to`, `reason` and any
-    non-empty details, and save `obj`. `refusal` names the error when it is not allowed."""
-    if not connection.in_atomic_block:
+    non-empty details, and save `obj`. `refusal` names the error when it is not allowed.
+    `at`: the moment of the transition, as the caller read the clock just now (the event's
+    time: `events.append`)."""
+    # An open event batch is inside a transaction; otherwise ask the connection (a proxy:
+    # each attribute read finds the thread's connection again).
+    if not events.in_batch() and not connection.in_atomic_block:
         raise RuntimeError("a state change is written in a transaction, with the row locked")
     before = getattr(obj, field)
     method = getattr(obj, action)
@@ -60,7 +64,7 @@ def apply(
         producer=producer,
         actor=actor,
         ids=ids,
-        occurred_at=occurred_at,
+        at=at,
     )
     if id(obj) not in _saved_later():
         save_changed(obj)

@@ -81,7 +81,7 @@ def tool_call_transition(
         ids=tool_call_ids(call),
         reason=reason,
         refusal=errors.INVALID_STATE,
-        occurred_at=moment,
+        at=moment,  # the event's occurred_at and recorded_at: one reading of the clock
         **details,
     )
     status_after = call.agent_status  # once: `is_terminal` would work it out again
