@@ -130,11 +130,11 @@ def _record_one_by_one(sent: list[tuple[Claim, Outcome]]) -> list[tuple[ToolCall
 def claim_batch(items: list[tuple[str, str | None]], *, worker: str = "") -> list[Claim]:
     """Take every call of `items` that is ready, in one transaction; nothing is sent here."""
     ids = list(dict.fromkeys(call_id for call_id, _ in items))
-    calls = sql.lock_calls(ids, skip_locked=True)
+    # The calls and what each claim must know, in one statement.
+    calls, readiness = sql_batch.lock_calls_ready(ids)
     handled = {call.pk for call in calls} | _gone(ids, calls)
     _mark_done([outbox_id for call_id, outbox_id in items if outbox_id and call_id in handled])
     now = timezone.now()
-    readiness = sql.readiness_of(calls)
     # The claimed calls are saved when the block ends: one UPDATE for those that changed the
     # same columns (all of them, for a batch of plain claims), rather than one per call. Not
     # when a call has dependencies: its claim reads them from the database, and one of them

@@ -125,15 +125,15 @@ def readiness(call: ToolCall) -> Readiness:
 
 
 # The same for many calls in one statement (a dispatch batch), keyed by call id.
-_READINESS_MANY = (
-    "SELECT c.id, (SELECT count(*) FROM toolcalls_attempt a WHERE a.run_id = c.run_id),"
+_READINESS_OF_C = (
+    "(SELECT count(*) FROM toolcalls_attempt a WHERE a.run_id = c.run_id),"
     " EXISTS (SELECT 1 FROM toolcalls_toolcall_depends_on d WHERE d.from_toolcall_id = c.id),"
     " (SELECT p.id FROM approvals_policy p WHERE p.tenant_id = c.tenant_id"
     " AND p.capability_id = c.capability_id ORDER BY p.version DESC LIMIT 1),"
     " (SELECT b.state FROM toolcalls_circuitbreaker b WHERE b.tenant_id = c.tenant_id"
     " AND b.capability_id = c.capability_id)"
-    " FROM toolcalls_toolcall c WHERE c.id = ANY(%s)"
 )
+_READINESS_MANY = f"SELECT c.id, {_READINESS_OF_C} FROM toolcalls_toolcall c WHERE c.id = ANY(%s)"
 
 
 def readiness_of(calls: list[ToolCall]) -> dict[str, Readiness]:

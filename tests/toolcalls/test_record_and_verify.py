@@ -299,3 +299,25 @@ def test_the_single_path_keeps_the_answer_when_its_judgment_raises(
     assert verification_message(call).done_at is None
     assert len(sandbox.effects_for(call.external_request_id)) == 1
     assert_log_matches_state()
+
+
+def test_a_batchs_claim_reads_its_calls_readiness_with_their_lock(
+    run: Run, sandbox: Sandbox
+) -> None:
+    other, _ = run_services.run_start(tenant=run.tenant, title="other", actor="test")
+    calls = refunds(run, 2) + refunds(other, 2, first=2)
+    items = items_of(calls)
+
+    with CaptureQueriesContext(connection) as queries:
+        claims = dispatch_batch.claim_batch(items)
+
+    assert len(claims) == 4
+    sent = [q["sql"] for q in queries.captured_queries if "SAVEPOINT" not in q["sql"]]
+    # The lock (with the readiness), the messages done, the runs locked and their heads, the
+    # calls' last events, the attempts, the claims' UPDATE, the events (9 with the readiness
+    # read apart).
+    assert not [s for s in sent if s.startswith("SELECT c.id, (SELECT count(*)")]
+    assert len([s for s in sent if "FOR NO KEY UPDATE OF c SKIP LOCKED" in s]) == 1
+    assert len(sent) == 8
+    for call in calls:
+        assert fresh(call).execution_status == "dispatching"
