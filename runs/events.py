@@ -210,7 +210,8 @@ def append(
     validate(event_type, version, payload)
     if current is not None:
         _check_savepoints(current, conn)
-    last, previous_of_call = (current or _Batch(conn)).head(run.pk, ids.tool_call_id)
+    run_id = run.id  # not `.pk`: a property and a getattr per read
+    last, previous_of_call = (current or _Batch(conn)).head(run_id, ids.tool_call_id)
     # A tool call's events are caused by its previous event (the claim by the authorization,
     # the receipt by the claim), unless the caller names another cause.
     causation_id = ids.causation_id or previous_of_call
@@ -219,7 +220,7 @@ def append(
     event = dbvalues.new(
         Event,
         dict(
-            run_id=run.pk,
+            run_id=run_id,
             seq=(last["seq"] + 1) if last else 1,
             event_type=event_type,
             schema_version=version,

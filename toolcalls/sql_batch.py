@@ -107,7 +107,7 @@ def lock_calls_ready(tool_call_ids: list[str]) -> tuple[list[ToolCall], dict[str
     width = len(_CALL) + len(_RUN) + len(_TENANT)
     calls = [_call_of(row[:width]) for row in rows]
     ready = {
-        call.pk: Readiness(row[width], bool(row[width + 1]), row[width + 2], row[width + 3])
+        call.id: Readiness(row[width], bool(row[width + 1]), row[width + 2], row[width + 3])
         for call, row in zip(calls, rows, strict=True)
     }
     return calls, ready
