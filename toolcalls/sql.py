@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.db.models import F
 
@@ -380,17 +381,20 @@ class AttemptEnd:
     http_status: int | None
 
 
+# The ends as one JSON parameter (orjson, in C) rather than five arrays, each dumped element
+# by element by psycopg's Python list dumper (a batch's arrays were ~5 % of its profile).
 _END_ATTEMPTS = (
     "UPDATE toolcalls_attempt a SET classification = v.classification, ended_at = v.ended_at,"
     " error_name = v.error_name, http_status = v.http_status"
-    " FROM unnest(%s::varchar[], %s::varchar[], %s::timestamptz[], %s::varchar[], %s::int[])"
-    " AS v(id, classification, ended_at, error_name, http_status) WHERE a.id = v.id"
+    " FROM json_to_recordset(%s::json) AS v(id varchar, classification varchar,"
+    " ended_at timestamptz, error_name varchar, http_status int) WHERE a.id = v.id"
 )
 
 
 def end_attempts(ends: list[AttemptEnd]) -> None:
     """What `Attempt.objects.filter(pk=…).update(classification=…, ended_at=…, error_name=…,
-    http_status=…)` writes for each, in one statement."""
+    http_status=…)` writes for each, in one statement (ended_at: an aware datetime, as
+    timezone.now() gives it; orjson writes it with its offset)."""
     if not ends:
         return
     if connection.vendor != "postgresql":
@@ -402,15 +406,18 @@ def end_attempts(ends: list[AttemptEnd]) -> None:
                 http_status=end.http_status,
             )
         return
-    columns = [
-        [e.attempt_id for e in ends],
-        [e.classification for e in ends],
-        [e.ended_at for e in ends],
-        [e.error_name for e in ends],
-        [e.http_status for e in ends],
+    rows = [
+        {
+            "id": e.attempt_id,
+            "classification": e.classification,
+            "ended_at": e.ended_at,
+            "error_name": e.error_name,
+            "http_status": e.http_status,
+        }
+        for e in ends
     ]
     cursor = runs_sql.cursor_for(connections[DEFAULT_DB_ALIAS])
-    cursor.execute(_END_ATTEMPTS, columns)
+    cursor.execute(_END_ATTEMPTS, [orjson.dumps(rows).decode()])
 
 
 _BUMP_REVISIONS = (
