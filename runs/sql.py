@@ -13,6 +13,7 @@ from typing import Any
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, connections
 
 from runs import dbvalues
+from runs.lookups import id_array
 from runs.models import ApiKey, Event, Run, Tenant, User
 
 
@@ -93,7 +94,9 @@ def lock_and_read_head(
 # A batch's runs (those from the one it first writes about on, in the database's order of
 # ids: the order every batch locks its runs in, so two batches wait instead of deadlocking)
 # in one statement, then their last events in one more (each an index probe of (run, seq)).
-_LOCK_RUNS = "SELECT id FROM runs_run WHERE id = ANY(%s) AND id >= %s ORDER BY id FOR UPDATE"
+_LOCK_RUNS = (
+    "SELECT id FROM runs_run WHERE id = ANY(%s::varchar[]) AND id >= %s ORDER BY id FOR UPDATE"
+)
 _HEADS = (
     "SELECT r.id, e.id, e.seq, e.hash, e.tool_call_id FROM unnest(%s::varchar[]) AS r(id)"
     " LEFT JOIN LATERAL (SELECT id, seq, hash, tool_call_id FROM runs_event"
@@ -107,11 +110,11 @@ def lock_and_read_heads(run_ids: list[str], first: str) -> dict[str, dict[str, A
     for any number of runs, for the same reason as there: the read must not share the lock's
     snapshot."""
     cursor = cursor_for(connections[DEFAULT_DB_ALIAS])
-    cursor.execute(_LOCK_RUNS, [list(run_ids), first])
+    cursor.execute(_LOCK_RUNS, [id_array(run_ids), first])
     locked = [row[0] for row in cursor.fetchall()]
     if not locked:
         return {}
-    cursor.execute(_HEADS, [locked])
+    cursor.execute(_HEADS, [id_array(locked)])
     rows = cursor.fetchall()
     fields = ("id", "seq", "hash", "tool_call_id")
     return {
@@ -129,14 +132,14 @@ def last_event_of_call(tool_call_id: str) -> str:
 
 _LAST_OF_CALLS = (
     "SELECT DISTINCT ON (tool_call_id) tool_call_id, id FROM runs_event"
-    " WHERE tool_call_id = ANY(%s) ORDER BY tool_call_id, seq DESC"
+    " WHERE tool_call_id = ANY(%s::varchar[]) ORDER BY tool_call_id, seq DESC"
 )
 
 
 def last_events_of_calls(tool_call_ids: list[str]) -> dict[str, str]:
     """`last_event_of_call` of many calls in one statement (a call with none is left out)."""
     cursor = cursor_for(connections[DEFAULT_DB_ALIAS])
-    cursor.execute(_LAST_OF_CALLS, [list(tool_call_ids)])
+    cursor.execute(_LAST_OF_CALLS, [id_array(tool_call_ids)])
     return dict(cursor.fetchall())
 
 

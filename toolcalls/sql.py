@@ -19,6 +19,7 @@ from django.db.models import F
 
 from runs import dbvalues
 from runs import sql as runs_sql
+from runs.lookups import id_array
 from runs.models import Run, Tenant
 from toolcalls.models import Attempt, ObjectRevision, Receipt, ToolCall
 
@@ -48,7 +49,7 @@ def _row(model: Any, values: tuple) -> Any:
 _LOCK_MANY = (
     f"SELECT {_columns('c', _CALL)}, {_columns('r', _RUN)}, {_columns('t', _TENANT)}"
     " FROM toolcalls_toolcall c JOIN runs_run r ON r.id = c.run_id"
-    " JOIN runs_tenant t ON t.id = c.tenant_id WHERE c.id = ANY(%s)"
+    " JOIN runs_tenant t ON t.id = c.tenant_id WHERE c.id = ANY(%s::varchar[])"
     " ORDER BY c.run_id, c.id FOR NO KEY UPDATE OF c"
 )
 
@@ -79,7 +80,7 @@ def lock_calls(tool_call_ids: list[str], *, skip_locked: bool = False) -> list[T
         return list(query.order_by("run_id", "id"))
     statement = _LOCK_MANY + (" SKIP LOCKED" if skip_locked else "")
     cursor = runs_sql.cursor_for(connections[DEFAULT_DB_ALIAS])
-    cursor.execute(statement, [list(tool_call_ids)])
+    cursor.execute(statement, [id_array(tool_call_ids)])
     rows = cursor.fetchall()
     return [_call_of(row) for row in rows]
 

@@ -17,6 +17,7 @@ from django.db import DEFAULT_DB_ALIAS, connection, connections
 
 from runs import dbvalues
 from runs import sql as runs_sql
+from runs.lookups import id_array
 from runs.models import OutboxMessage
 from toolcalls.models import E, ToolCall
 from toolcalls.sql import (
@@ -32,7 +33,9 @@ from toolcalls.sql import (
 )
 from toolcalls.webhook_models import Webhook
 
-_MARK_DONE = "UPDATE runs_outboxmessage SET done_at = %s WHERE id = ANY(%s) AND done_at IS NULL"
+_MARK_DONE = (
+    "UPDATE runs_outboxmessage SET done_at = %s WHERE id = ANY(%s::varchar[]) AND done_at IS NULL"
+)
 
 
 def mark_done(outbox_ids: list[str], at: datetime) -> None:
@@ -41,7 +44,7 @@ def mark_done(outbox_ids: list[str], at: datetime) -> None:
     if conn.vendor != "postgresql":
         OutboxMessage.objects.filter(pk__in=outbox_ids, done_at=None).update(done_at=at)
         return
-    runs_sql.cursor_for(conn).execute(_MARK_DONE, [at, list(outbox_ids)])
+    runs_sql.cursor_for(conn).execute(_MARK_DONE, [at, id_array(outbox_ids)])
 
 
 _WEBHOOK = Webhook._meta.concrete_fields
@@ -65,7 +68,7 @@ def active_webhooks(tenant_id: int) -> list[Webhook]:
 _WAITING = (
     "SELECT DISTINCT c.id FROM toolcalls_toolcall c"
     " JOIN toolcalls_toolcall_depends_on d ON d.from_toolcall_id = c.id"
-    " WHERE d.to_toolcall_id = ANY(%s) AND c.execution_status = %s ORDER BY c.id"
+    " WHERE d.to_toolcall_id = ANY(%s::varchar[]) AND c.execution_status = %s ORDER BY c.id"
 )
 
 
@@ -79,7 +82,7 @@ def authorized_waiting_for(tool_call_ids: list[str]) -> list[str]:
         ).order_by("pk")
         return list(dict.fromkeys(waiting.values_list("pk", flat=True)))
     cursor = runs_sql.cursor_for(conn)
-    cursor.execute(_WAITING, [list(tool_call_ids), authorized])
+    cursor.execute(_WAITING, [id_array(tool_call_ids), authorized])
     return [row[0] for row in cursor.fetchall()]
 
 
@@ -90,7 +93,7 @@ def authorized_waiting_for(tool_call_ids: list[str]) -> list[str]:
 _LOCK_MANY_READY = (
     f"SELECT {_columns('c', _CALL)}, {_columns('r', _RUN)}, {_columns('t', _TENANT)},"
     f" {_READINESS_OF_C} FROM toolcalls_toolcall c JOIN runs_run r ON r.id = c.run_id"
-    " JOIN runs_tenant t ON t.id = c.tenant_id WHERE c.id = ANY(%s)"
+    " JOIN runs_tenant t ON t.id = c.tenant_id WHERE c.id = ANY(%s::varchar[])"
     " ORDER BY c.run_id, c.id FOR NO KEY UPDATE OF c SKIP LOCKED"
 )
 
@@ -102,7 +105,7 @@ def lock_calls_ready(tool_call_ids: list[str]) -> tuple[list[ToolCall], dict[str
         calls = lock_calls(tool_call_ids, skip_locked=True)
         return calls, readiness_of(calls)
     cursor = runs_sql.cursor_for(connections[DEFAULT_DB_ALIAS])
-    cursor.execute(_LOCK_MANY_READY, [list(tool_call_ids)])
+    cursor.execute(_LOCK_MANY_READY, [id_array(tool_call_ids)])
     rows = cursor.fetchall()
     width = len(_CALL) + len(_RUN) + len(_TENANT)
     calls = [_call_of(row[:width]) for row in rows]
