@@ -80,9 +80,9 @@ _CACHE: dict[tuple[int, str], Policy] = {}
 def current_policy(tenant: Tenant, capability_id: str, *, newest_id: int | None = None) -> Policy:
     """The newest version. `newest_id`: the newest row's id, when the caller read it already."""
     if newest_id is None:
-        newest_id = sql.newest_policy_id(tenant.pk, capability_id)
-    cached = _CACHE.get((tenant.pk, capability_id))
-    if newest_id is not None and cached is not None and cached.pk == newest_id:
+        newest_id = sql.newest_policy_id(tenant.id, capability_id)
+    cached = _CACHE.get((tenant.id, capability_id))
+    if newest_id is not None and cached is not None and cached.id == newest_id:
         return cached
     policy = (
         Policy.objects.filter(tenant=tenant, capability_id=capability_id)

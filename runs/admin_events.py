@@ -15,7 +15,7 @@ from typing import Any
 from django.db import connection
 from django.utils import timezone
 
-from runs import events
+from runs import events, roundtrip
 from runs.admin_event_models import AdminEvent
 from runs.models import Tenant, User
 
@@ -84,7 +84,7 @@ def admin_event_append(
         schema_version=version,
         actor=f"user:{by.username}",
         subject=subject,
-        payload=events.rfc8785_roundtrip(payload),
+        payload=roundtrip.rfc8785_roundtrip(payload),
         occurred_at=timezone.now(),
         seq=last["seq"] + 1 if last else 1,
         prev_hash=last["hash"] if last else events.GENESIS_HASH,

@@ -11,8 +11,6 @@ Old versions stay readable: an upcaster turns a payload of version N into versio
 
 from __future__ import annotations
 
-import json
-import operator
 import threading
 from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
@@ -22,13 +20,13 @@ from hashlib import sha256
 from typing import Any
 
 import jsonschema
-import orjson
-from django.db import DEFAULT_DB_ALIAS, connection, connections
+from django.db import DEFAULT_DB_ALIAS, connections
 from django.utils import timezone
 
 from runs import dbvalues, schema_check, sql
-from runs.canonical import canonical_json, canonical_json_around, plain_json
+from runs.canonical import canonical_json, canonical_json_around
 from runs.models import Event, Run
+from runs.roundtrip import payload_roundtrip
 
 GENESIS_HASH = "0" * 64
 
@@ -113,26 +111,61 @@ def compute_hash(event: Event, encoded_payload: bytes | None = None) -> str:
 
 def event_body(event: Event) -> dict[str, Any]:
     """What an event's hash covers (bench/pages_seed.py clones its canonical form)."""
+    try:
+        # From the row's values: `run_id` and `tenant_id` are foreign keys, whose descriptor
+        # is a call per read.
+        return _body(event.__dict__)
+    except KeyError:  # a deferred field: its descriptor loads it
+        return _body({name: getattr(event, name) for name in _BODY_ATTNAMES})
+
+
+_BODY_ATTNAMES = (
+    "id",
+    "run_id",
+    "seq",
+    "event_type",
+    "schema_version",
+    "producer",
+    "tenant_id",
+    "actor",
+    "turn_id",
+    "decision_id",
+    "capability_id",
+    "tool_call_id",
+    "approval_id",
+    "correlation_id",
+    "causation_id",
+    "occurred_at",
+    "recorded_at",
+    "payload",
+    "prev_hash",
+)
+
+
+def _body(values: dict[str, Any]) -> dict[str, Any]:
+    occurred_at, recorded_at = values["occurred_at"], values["recorded_at"]
+    occurred = iso(occurred_at)
     return {
-        "id": event.id,
-        "run": event.run_id,
-        "seq": event.seq,
-        "type": event.event_type,
-        "schema_version": event.schema_version,
-        "producer": event.producer,
-        "tenant": event.tenant_id,
-        "actor": event.actor,
-        "turn_id": event.turn_id,
-        "decision_id": event.decision_id,
-        "capability_id": event.capability_id,
-        "tool_call_id": event.tool_call_id,
-        "approval_id": event.approval_id,
-        "correlation_id": event.correlation_id,
-        "causation_id": event.causation_id,
-        "occurred_at": iso(event.occurred_at),
-        "recorded_at": iso(event.recorded_at),
-        "payload": event.payload,
-        "prev_hash": event.prev_hash,
+        "id": values["id"],
+        "run": values["run_id"],
+        "seq": values["seq"],
+        "type": values["event_type"],
+        "schema_version": values["schema_version"],
+        "producer": values["producer"],
+        "tenant": values["tenant_id"],
+        "actor": values["actor"],
+        "turn_id": values["turn_id"],
+        "decision_id": values["decision_id"],
+        "capability_id": values["capability_id"],
+        "tool_call_id": values["tool_call_id"],
+        "approval_id": values["approval_id"],
+        "correlation_id": values["correlation_id"],
+        "causation_id": values["causation_id"],
+        "occurred_at": occurred,
+        # One clock reading for both (`append(at=...)`): written out once.
+        "recorded_at": occurred if recorded_at is occurred_at else iso(recorded_at),
+        "payload": values["payload"],
+        "prev_hash": values["prev_hash"],
     }
 
 
@@ -156,6 +189,8 @@ class Ids:
 NO_IDS = Ids()
 
 
+# long: one event made whole in one place (ids, clock, chain head, payload, hash), as a batch
+# appends it; the steps are each a line or two.
 def append(
     *,
     run: Run,
@@ -165,27 +200,33 @@ def append(
     actor: str = "",
     ids: Ids = NO_IDS,
     occurred_at: datetime | None = None,
+    at: datetime | None = None,
 ) -> Event:
     """Append one event to the run's log, inside the caller's transaction (inside a `batch`,
-    the INSERT waits for the end of the batch)."""
-    conn = connections[DEFAULT_DB_ALIAS]  # once: each `connection.…` looks it up again
+    the INSERT waits for the end of the batch). `at`: the clock as the caller just read it
+    (a transition's moment, kept on its row), the event's occurred_at and recorded_at both."""
+    current = getattr(_local, "batch", None)
+    # A batch keeps its connection: each `connections[…]` is a look-up in asgiref's Local.
+    conn = connections[DEFAULT_DB_ALIAS] if current is None else current.conn
     if not conn.in_atomic_block:
         raise RuntimeError("events are appended inside the transaction of their state change")
     version = latest_version(event_type)
     validate(event_type, version, payload)
-    current = _batch_here(conn)
-    last, previous_of_call = (current or _Batch(conn)).head(run.pk, ids.tool_call_id)
+    if current is not None:
+        _check_savepoints(current, conn)
+    run_id = run.id  # not `.pk`: a property and a getattr per read
+    last, previous_of_call = (current or _Batch(conn)).head(run_id, ids.tool_call_id)
     # A tool call's events are caused by its previous event (the claim by the authorization,
     # the receipt by the claim), unless the caller names another cause.
     causation_id = ids.causation_id or previous_of_call
-    now = timezone.now()
+    now = at or timezone.now()
     # A JSON round trip now gives the hash the same payload that the database returns.
     stored, encoded = payload_roundtrip(payload)
     # Made as Event(...) makes it, without its constructor's per-field loop (runs/dbvalues.py).
     event = dbvalues.new(
         Event,
         dict(
-            run_id=run.pk,
+            run_id=run_id,
             seq=(last["seq"] + 1) if last else 1,
             event_type=event_type,
             schema_version=version,
@@ -220,6 +261,7 @@ class _Batch:
     def __init__(
         self, conn: Any, calls: dict[str, str] | None = None, held: Collection[str] = ()
     ) -> None:
+        self.conn = conn
         self.savepoints = list(conn.savepoint_ids)
         # Runs whose lock the transaction took before the block (`batch(held=...)`).
         self.held = frozenset(held)
@@ -251,7 +293,7 @@ class _Batch:
         dispatched call's 42 statements). False (nothing done) where one run's path is as
         cheap: fewer than two of them, or no row locks to take in one statement."""
         waiting = [run for run in self.expected if run not in self.heads]
-        if run_id not in waiting or len(waiting) < 2 or connection.vendor != "postgresql":
+        if run_id not in waiting or len(waiting) < 2 or self.conn.vendor != "postgresql":
             return False
         heads = sql.lock_and_read_heads(waiting, run_id)
         if run_id not in heads:
@@ -284,15 +326,23 @@ _local = threading.local()
 
 def _batch_here(conn: Any = None) -> _Batch | None:
     current = getattr(_local, "batch", None)
-    if current is None:
-        return None
-    if conn is None:
-        conn = connections[DEFAULT_DB_ALIAS]  # not the `connection` proxy: it looks it up per read
+    if current is not None:
+        # Not the `connection` proxy: it looks the connection up on each read.
+        _check_savepoints(current, conn if conn is not None else connections[DEFAULT_DB_ALIAS])
+    return current
+
+
+def _check_savepoints(current: _Batch, conn: Any) -> None:
     if conn.savepoint_ids != current.savepoints:
         # What a savepoint appends must roll back with it, and what the batch holds must
         # not: neither is possible once the batch's INSERT waits for the end of the block.
         raise RuntimeError("no event is appended inside a savepoint opened in an event batch")
-    return current
+
+
+def in_batch() -> bool:
+    """Whether an event batch is open in this thread: then a transaction is (`batch` opens
+    only inside one, and closes before it ends)."""
+    return getattr(_local, "batch", None) is not None
 
 
 @contextmanager
@@ -350,61 +400,6 @@ def batch_holds_run(run_id: str) -> bool:
     run cannot wait for the lock."""
     current = _batch_here()
     return current is not None and (run_id in current.heads or run_id in current.held)
-
-
-def rfc8785_roundtrip(payload: dict[str, Any]) -> dict[str, Any]:
-    return payload_roundtrip(payload)[0]
-
-
-def payload_roundtrip(payload: dict[str, Any]) -> tuple[dict[str, Any], bytes | None]:
-    """(what a JSON round trip through RFC 8785 gives `payload`, its canonical bytes when they
-    were made on the way: the hash then writes the event around them, compute_hash).
-
-    A flat payload of strings, integers, booleans and nulls (most transitions' events) comes
-    back as plain copies of its values, without serialising it twice per event
-    (canonicalising was the largest cost of a dispatch batch after its statements;
-    profile_dispatch --profile). What JSON cannot carry as it is (an integer past 2**53, a
-    lone surrogate) is still refused, by the hash's canonicalisation of the same payload.
-    A plain tree (a proposal's payload, with its arguments: dicts with ASCII keys, lists,
-    strings, integers within 2**53, booleans, nulls) is canonicalised once, for both, and
-    loaded by orjson: what comes back is the same tree, so its canonical form is those bytes.
-    A float may not come back the same (a large one comes back an integer, which the hash
-    then refuses, as RFC 8785 does): such a payload takes the round trip, and the hash
-    canonicalises what came back (tests/test_event_payload_roundtrip.py)."""
-    flat = _flat_copy(payload)
-    if flat is not None:
-        return flat, None
-    encoded = plain_json(payload)
-    if encoded is None:
-        return json.loads(canonical_json(payload)), None
-    return orjson.loads(encoded), encoded
-
-
-def _flat_copy(payload: dict[str, Any]) -> dict[str, Any] | None:
-    """What the JSON round trip gives for a flat payload; None for any other."""
-    copy: dict[str, Any] = {}
-    ascii_keys = True
-    for key, value in payload.items():
-        if type(key) is not str:
-            return None
-        ascii_keys = ascii_keys and key.isascii()
-        if value is None or type(value) in _EXACT:
-            copy[key] = value
-        elif isinstance(value, str):  # a status (TextChoices): its plain string
-            copy[key] = str.__str__(value)
-        elif isinstance(value, int):  # an IntEnum: its plain number
-            copy[key] = int(value)
-        else:
-            return None  # a float (2.0 comes back 2), a list, an object: the round trip
-    # In RFC 8785's order of keys (by UTF-16 code units), as the round trip leaves them:
-    # for ASCII keys (every transition's) the order of the strings themselves.
-    if ascii_keys:
-        return dict(sorted(copy.items(), key=_first))
-    return dict(sorted(copy.items(), key=lambda item: item[0].encode("utf-16-be")))
-
-
-_EXACT = (str, int, bool)
-_first = operator.itemgetter(0)
 
 
 class UnreadablePayload:

@@ -22,6 +22,8 @@ from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
 
+from runs.cursors import cursor_for
+
 # (statement, parameters, the rows it must change or None, the error's words if it did not)
 Queued = tuple[str, list[Any], "int | None", str]
 
@@ -35,8 +37,6 @@ def write(
     if queued is not None:
         queued.append((statement, params, rows, error))
         return
-    from runs.sql import cursor_for  # runs.sql writes through this module
-
     cursor = cursor_for(conn, statement)
     cursor.execute(statement, params)
     _check(cursor.rowcount, rows, error)

@@ -13,42 +13,9 @@ from typing import Any
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, connections
 
 from runs import dbvalues, pipeline
+from runs.cursors import cursor_for
+from runs.lookups import id_array
 from runs.models import ApiKey, Event, Run, Tenant, User
-
-
-def cursor_for(conn: Any, statement: str | None = None) -> Any:
-    """`conn.cursor()`, or the one it gave last time for `statement` while what would make it
-    another is unchanged: the same database connection, its health check done (or none
-    asked), the same logging of queries (a debug cursor records them) and time zone. Making
-    one is ~43 µs of CPU (Django's checks and wrapper, psycopg's cursor) and a proposal made
-    five. It is not closed: a caller fetches what it reads before that statement runs again.
-
-    One cursor per statement (None: one for any): psycopg keeps a cursor's adapters (its
-    Transformer: the dumpers of the parameters' types, the loaders of the columns') while it
-    runs the same statement object again, and makes new ones for another statement (about
-    ten Python calls per statement, tests/test_runs_sql_cursor.py)."""
-    kept = getattr(conn, "_kept_cursors", None)
-    if kept is None or not (
-        kept[0] is conn.connection
-        and (conn.health_check_done or not conn.health_check_enabled)
-        and kept[1] == conn.queries_logged
-        and kept[2] is conn.timezone
-    ):
-        kept = (conn.connection, conn.queries_logged, conn.timezone, {})
-        conn._kept_cursors = kept
-    cursors = kept[3]
-    cursor = cursors.get(statement)
-    if cursor is None:
-        if len(cursors) >= _MAX_KEPT_CURSORS:
-            cursors.clear()  # a caller passing statements made anew each time
-        # The first one of a connection runs the health check, if one is due; later ones
-        # find it done.
-        cursor = cursors[statement] = conn.cursor()
-    return cursor
-
-
-_MAX_KEPT_CURSORS = 64
-
 
 # The run's last event, and the id of the tool call's last event, in one statement (none
 # when the run has no event yet).
@@ -87,7 +54,9 @@ def lock_and_read_head(
 # A batch's runs (those from the one it first writes about on, in the database's order of
 # ids: the order every batch locks its runs in, so two batches wait instead of deadlocking)
 # in one statement, then their last events in one more (each an index probe of (run, seq)).
-_LOCK_RUNS = "SELECT id FROM runs_run WHERE id = ANY(%s) AND id >= %s ORDER BY id FOR UPDATE"
+_LOCK_RUNS = (
+    "SELECT id FROM runs_run WHERE id = ANY(%s::varchar[]) AND id >= %s ORDER BY id FOR UPDATE"
+)
 _HEADS = (
     "SELECT r.id, e.id, e.seq, e.hash, e.tool_call_id FROM unnest(%s::varchar[]) AS r(id)"
     " LEFT JOIN LATERAL (SELECT id, seq, hash, tool_call_id FROM runs_event"
@@ -102,12 +71,12 @@ def lock_and_read_heads(run_ids: list[str], first: str) -> dict[str, dict[str, A
     snapshot."""
     conn = connections[DEFAULT_DB_ALIAS]
     cursor = cursor_for(conn, _LOCK_RUNS)
-    cursor.execute(_LOCK_RUNS, [list(run_ids), first])
+    cursor.execute(_LOCK_RUNS, [id_array(run_ids), first])
     locked = [row[0] for row in cursor.fetchall()]
     if not locked:
         return {}
     cursor = cursor_for(conn, _HEADS)
-    cursor.execute(_HEADS, [locked])
+    cursor.execute(_HEADS, [id_array(locked)])
     rows = cursor.fetchall()
     fields = ("id", "seq", "hash", "tool_call_id")
     return {
@@ -125,14 +94,14 @@ def last_event_of_call(tool_call_id: str) -> str:
 
 _LAST_OF_CALLS = (
     "SELECT DISTINCT ON (tool_call_id) tool_call_id, id FROM runs_event"
-    " WHERE tool_call_id = ANY(%s) ORDER BY tool_call_id, seq DESC"
+    " WHERE tool_call_id = ANY(%s::varchar[]) ORDER BY tool_call_id, seq DESC"
 )
 
 
 def last_events_of_calls(tool_call_ids: list[str]) -> dict[str, str]:
     """`last_event_of_call` of many calls in one statement (a call with none is left out)."""
     cursor = cursor_for(connections[DEFAULT_DB_ALIAS], _LAST_OF_CALLS)
-    cursor.execute(_LAST_OF_CALLS, [list(tool_call_ids)])
+    cursor.execute(_LAST_OF_CALLS, [id_array(tool_call_ids)])
     return dict(cursor.fetchall())
 
 

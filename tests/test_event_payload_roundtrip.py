@@ -1,4 +1,4 @@
-"""runs.events.rfc8785_roundtrip gives every payload what a JSON round trip through RFC 8785
+"""runs.roundtrip.rfc8785_roundtrip gives every payload what a JSON round trip through RFC 8785
 gives it (what the database returns, hence what the hash covers), whether it takes the copy
 for flat payloads or the round trip itself; a payload canonicalised once for both its round
 trip and the event's hash (payload_roundtrip, compute_hash's `encoded_payload`) is stored and
@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hyp_settings
 from hypothesis import strategies as st
 
-from runs import events
+from runs import events, roundtrip
 from runs.canonical import canonical_json, canonical_json_around
 from runs.models import Event, Run
 from toolcalls.models import Execution
@@ -42,7 +42,7 @@ PAYLOADS: list[dict[str, Any]] = [
 @pytest.mark.parametrize("payload", PAYLOADS)
 def test_the_payload_is_what_the_round_trip_gives(payload: dict[str, Any]) -> None:
     expected = json.loads(rfc8785.dumps(payload))
-    got = events.rfc8785_roundtrip(payload)
+    got = roundtrip.rfc8785_roundtrip(payload)
     assert got == expected
     # Plain values, as json.loads makes them: no status enum or IntEnum left in the payload.
     assert list(got) == list(expected)  # the same order of keys
@@ -115,10 +115,10 @@ def test_a_payload_canonicalised_once_is_stored_and_hashed_as_before(
         expected = _old_roundtrip_and_hash(_event(payload), payload)
     except ValueError:  # what RFC 8785 refuses (a lone surrogate, 2.0**53) is refused as before
         with pytest.raises(ValueError):
-            stored, encoded = events.payload_roundtrip(payload)
+            stored, encoded = roundtrip.payload_roundtrip(payload)
             events.compute_hash(_event(stored), encoded)
         return
-    stored, encoded = events.payload_roundtrip(payload)
+    stored, encoded = roundtrip.payload_roundtrip(payload)
     event = _event(stored)
 
     assert (repr(stored), events.compute_hash(event, encoded)) == expected

@@ -16,7 +16,7 @@ from approvals.sql import newest_policy_id
 from runs.models import Run
 from tests.helpers import REFUND, open_the_circuit, propose_in
 from tests.sandbox_process import Sandbox
-from toolcalls import dispatch, sql
+from toolcalls import dispatch, sql, sql_batch
 from toolcalls.models import Attempt, ToolCall
 
 pytestmark = pytest.mark.django_db
@@ -129,3 +129,27 @@ def test_the_batch_readiness_is_each_calls_readiness(
     assert len(queries) == 1
     assert batch == {call.pk: sql.readiness(call) for call in calls}
     assert batch[second.pk].has_dependencies and not batch[first.pk].has_dependencies
+
+
+def test_the_claims_lock_reads_the_calls_and_their_readiness_in_one_statement(
+    run: Run, sandbox: Sandbox, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    open_the_circuit(run, sandbox, settings, monkeypatch)
+    first = propose_in(run, {**REFUND, "amount_cents": 7}, intent="first")
+    second = propose_in(run, {**REFUND, "amount_cents": 8}, intent="second", depends_on=[first.pk])
+    ids = [second.pk, "tc_missing", first.pk]
+
+    with transaction.atomic(), CaptureQueriesContext(connection) as queries:
+        calls, ready = sql_batch.lock_calls_ready(ids)
+
+    assert len(queries) == 1 and queries[0]["sql"].endswith("FOR NO KEY UPDATE OF c SKIP LOCKED")
+    with transaction.atomic():
+        locked = sql.lock_calls(ids, skip_locked=True)
+        assert ready == sql.readiness_of(locked)
+    assert [call.pk for call in calls] == [call.pk for call in locked]
+    for call, alone in zip(calls, locked, strict=True):
+        assert _values(call) == _values(alone)
+        assert _values(call.run) == _values(alone.run)
+        assert _values(call.tenant) == _values(alone.tenant)
+    assert ready[second.pk].has_dependencies and not ready[first.pk].has_dependencies
+    assert ready[first.pk].breaker_state == "open"

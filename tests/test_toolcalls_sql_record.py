@@ -4,7 +4,7 @@ receipts and the verification messages."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -69,6 +69,8 @@ def test_the_attempts_end_as_the_orms_update_ends_them(run: Run, sandbox: Sandbo
                 ]
             )
     assert len(queries) == 1
+    # One JSON parameter, not an array per column (psycopg dumps those element by element).
+    assert "json_to_recordset" in queries[0]["sql"] and "unnest" not in queries[0]["sql"]
     same = ("id", "tool_call_id", "number", "fencing_token", "started_at", "worker")
     for orm, written in zip(by_orm, by_sql, strict=True):
         orm.refresh_from_db()
@@ -183,3 +185,19 @@ def test_a_claims_attempt_is_written_as_the_orms_bulk_create_wrote_it(
         Attempt.objects.get(pk=orm.pk), *leave_out
     )
     assert written.classification == "in_flight" and written.started_at is not None
+
+
+def test_an_attempts_end_keeps_its_moment_to_the_microsecond_in_any_offset(
+    run: Run, sandbox: Sandbox
+) -> None:
+    (attempt,) = _attempts(run, 1)
+    paris = datetime(2026, 7, 1, 23, 59, 59, 1, tzinfo=timezone(timedelta(hours=2)))
+    with transaction.atomic():
+        sql.end_attempts([sql.AttemptEnd(attempt.pk, "confirmed", paris, "", 201)])
+    attempt.refresh_from_db()
+    assert attempt.ended_at == paris and attempt.ended_at.microsecond == 1
+    assert (attempt.classification, attempt.error_name, attempt.http_status) == (
+        "confirmed",
+        "",
+        201,
+    )

@@ -263,14 +263,14 @@ def _take(
         "claim",
         actor=SYSTEM,
         producer="dispatcher",
-        attempt_id=attempt.pk,
+        attempt_id=attempt.id,
         attempt=number,
         fencing_token=call.fencing_token,
         lease_expires_at=lease.isoformat(),
     )
     return Claim(
-        tool_call_id=call.pk,
-        attempt_id=attempt.pk,
+        tool_call_id=call.id,
+        attempt_id=attempt.id,
         fencing_token=call.fencing_token,
         tenant_slug=call.tenant.slug,
         capability=capability,

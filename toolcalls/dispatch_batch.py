@@ -130,11 +130,11 @@ def _record_one_by_one(sent: list[tuple[Claim, Outcome]]) -> list[tuple[ToolCall
 def claim_batch(items: list[tuple[str, str | None]], *, worker: str = "") -> list[Claim]:
     """Take every call of `items` that is ready, in one transaction; nothing is sent here."""
     ids = list(dict.fromkeys(call_id for call_id, _ in items))
-    calls = sql.lock_calls(ids, skip_locked=True)
-    handled = {call.pk for call in calls} | _gone(ids, calls)
+    # The calls and what each claim must know, in one statement.
+    calls, readiness = sql_batch.lock_calls_ready(ids)
+    handled = {call.id for call in calls} | _gone(ids, calls)
     _mark_done([outbox_id for call_id, outbox_id in items if outbox_id and call_id in handled])
     now = timezone.now()
-    readiness = sql.readiness_of(calls)
     # The claimed calls are saved when the block ends: one UPDATE for those that changed the
     # same columns (all of them, for a batch of plain claims), rather than one per call. Not
     # when a call has dependencies: its claim reads them from the database, and one of them
@@ -149,7 +149,7 @@ def claim_batch(items: list[tuple[str, str | None]], *, worker: str = "") -> lis
         claims = []
         for call in calls:
             bind_log_ids(call)
-            ready = readiness[call.pk]
+            ready = readiness[call.id]
             ready = replace(ready, attempts_in_run=ready.attempts_in_run + taken[call.run_id])
             claim = claim_locked(call, now, worker, attempts=attempts, ready=ready)
             if claim is not None:
@@ -162,13 +162,13 @@ def claim_batch(items: list[tuple[str, str | None]], *, worker: str = "") -> lis
 
 
 def _runs_of(calls: list[ToolCall]) -> dict[str, str]:
-    return {call.pk: call.run_id for call in calls}
+    return {call.id: call.run_id for call in calls}
 
 
 def _gone(ids: list[str], locked: list[ToolCall]) -> set[str]:
     """The ids of calls that do not exist (their messages are done): a call not locked is
     either held by another transaction or not there, and only the first comes again."""
-    missing = set(ids) - {call.pk for call in locked}
+    missing = set(ids) - {call.id for call in locked}
     if not missing:
         return set()
     return missing - set(ToolCall.objects.filter(pk__in=missing).values_list("pk", flat=True))
@@ -276,20 +276,20 @@ def record_batch(
     with batch, webhooks.hooks_read_once(), transitions.saved_together(calls):
         for call in calls:
             bind_log_ids(call)
-            claim, outcome = by_id[call.pk]
+            claim, outcome = by_id[call.id]
             verify_now = record_locked(call, claim, outcome, now, writes=writes)
             if verify_now:
                 accepted.append(verify_now)
-        judged = [(call, message) for call, message in accepted if call.pk in judgments]
+        judged = [(call, message) for call, message in accepted if call.id in judgments]
         writes.verified_already({message for _, message in judged})
         # The attempts' ends, receipts, revisions and verification messages of every call:
         # one statement of each kind.
         writes.flush()
         for call, _ in judged:
             bind_log_ids(call)
-            judge(call.pk, None, judgments[call.pk], locked=call, confirmed=confirmed)
+            judge(call.id, None, judgments[call.id], locked=call, confirmed=confirmed)
     wake_dependents(confirmed)  # read once the judgments are written, as each judge would
-    return [(call, message_id) for call, message_id in accepted if call.pk not in judgments]
+    return [(call, message_id) for call, message_id in accepted if call.id not in judgments]
 
 
 def verify_batch(accepted: list[tuple[ToolCall, str]]) -> None:

@@ -54,7 +54,7 @@ class RecordWrites:
         judged in this transaction (a batch that observed before it recorded)."""
         done_at = timezone.now()
         for message in self.messages[False]:
-            if message.pk in message_ids:
+            if message.id in message_ids:
                 message.done_at = done_at
 
     def flush(self) -> None:
@@ -116,7 +116,7 @@ def tool_call_accept(
         "accept",
         actor=actor,
         producer=producer,
-        receipt_id=receipt.pk,
+        receipt_id=receipt.id,
         external_id=external_id,
         receipt_status=status,
         source=source,
@@ -155,6 +155,6 @@ def _start_verification(
         )
         return None
     tool_call_transition(call, "await_verification", actor=actor, producer=producer)
-    message = outbox.build(VERIFY_TASK, call.pk)
+    message = outbox.build(VERIFY_TASK, call.id)
     writes.messages[not verify_here].append(message)
-    return message.pk if verify_here else None
+    return message.id if verify_here else None

@@ -13,11 +13,13 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.db.models import F
 
 from runs import dbvalues
 from runs import sql as runs_sql
+from runs.lookups import id_array
 from runs.models import Run, Tenant
 from toolcalls.models import Attempt, ObjectRevision, Receipt, ToolCall
 
@@ -47,7 +49,7 @@ def _row(model: Any, values: tuple, conn: Any = None) -> Any:
 _LOCK_MANY = (
     f"SELECT {_columns('c', _CALL)}, {_columns('r', _RUN)}, {_columns('t', _TENANT)}"
     " FROM toolcalls_toolcall c JOIN runs_run r ON r.id = c.run_id"
-    " JOIN runs_tenant t ON t.id = c.tenant_id WHERE c.id = ANY(%s)"
+    " JOIN runs_tenant t ON t.id = c.tenant_id WHERE c.id = ANY(%s::varchar[])"
     " ORDER BY c.run_id, c.id FOR NO KEY UPDATE OF c"
 )
 _LOCK_MANY_SKIP_LOCKED = _LOCK_MANY + " SKIP LOCKED"
@@ -79,7 +81,7 @@ def lock_calls(tool_call_ids: list[str], *, skip_locked: bool = False) -> list[T
         return list(query.order_by("run_id", "id"))
     statement = _LOCK_MANY_SKIP_LOCKED if skip_locked else _LOCK_MANY
     cursor = runs_sql.cursor_for(connections[DEFAULT_DB_ALIAS], statement)
-    cursor.execute(statement, [list(tool_call_ids)])
+    cursor.execute(statement, [id_array(tool_call_ids)])
     rows = cursor.fetchall()
     return [_call_of(row) for row in rows]
 
@@ -126,15 +128,15 @@ def readiness(call: ToolCall) -> Readiness:
 
 
 # The same for many calls in one statement (a dispatch batch), keyed by call id.
-_READINESS_MANY = (
-    "SELECT c.id, (SELECT count(*) FROM toolcalls_attempt a WHERE a.run_id = c.run_id),"
+_READINESS_OF_C = (
+    "(SELECT count(*) FROM toolcalls_attempt a WHERE a.run_id = c.run_id),"
     " EXISTS (SELECT 1 FROM toolcalls_toolcall_depends_on d WHERE d.from_toolcall_id = c.id),"
     " (SELECT p.id FROM approvals_policy p WHERE p.tenant_id = c.tenant_id"
     " AND p.capability_id = c.capability_id ORDER BY p.version DESC LIMIT 1),"
     " (SELECT b.state FROM toolcalls_circuitbreaker b WHERE b.tenant_id = c.tenant_id"
     " AND b.capability_id = c.capability_id)"
-    " FROM toolcalls_toolcall c WHERE c.id = ANY(%s)"
 )
+_READINESS_MANY = f"SELECT c.id, {_READINESS_OF_C} FROM toolcalls_toolcall c WHERE c.id = ANY(%s)"
 
 
 def readiness_of(calls: list[ToolCall]) -> dict[str, Readiness]:
@@ -383,17 +385,20 @@ class AttemptEnd:
     http_status: int | None
 
 
+# The ends as one JSON parameter (orjson, in C) rather than five arrays, each dumped element
+# by element by psycopg's Python list dumper (a batch's arrays were ~5 % of its profile).
 _END_ATTEMPTS = (
     "UPDATE toolcalls_attempt a SET classification = v.classification, ended_at = v.ended_at,"
     " error_name = v.error_name, http_status = v.http_status"
-    " FROM unnest(%s::varchar[], %s::varchar[], %s::timestamptz[], %s::varchar[], %s::int[])"
-    " AS v(id, classification, ended_at, error_name, http_status) WHERE a.id = v.id"
+    " FROM json_to_recordset(%s::json) AS v(id varchar, classification varchar,"
+    " ended_at timestamptz, error_name varchar, http_status int) WHERE a.id = v.id"
 )
 
 
 def end_attempts(ends: list[AttemptEnd]) -> None:
     """What `Attempt.objects.filter(pk=…).update(classification=…, ended_at=…, error_name=…,
-    http_status=…)` writes for each, in one statement."""
+    http_status=…)` writes for each, in one statement (ended_at: an aware datetime, as
+    timezone.now() gives it; orjson writes it with its offset)."""
     if not ends:
         return
     if connection.vendor != "postgresql":
@@ -405,15 +410,18 @@ def end_attempts(ends: list[AttemptEnd]) -> None:
                 http_status=end.http_status,
             )
         return
-    columns = [
-        [e.attempt_id for e in ends],
-        [e.classification for e in ends],
-        [e.ended_at for e in ends],
-        [e.error_name for e in ends],
-        [e.http_status for e in ends],
+    rows = [
+        {
+            "id": e.attempt_id,
+            "classification": e.classification,
+            "ended_at": e.ended_at,
+            "error_name": e.error_name,
+            "http_status": e.http_status,
+        }
+        for e in ends
     ]
     cursor = runs_sql.cursor_for(connections[DEFAULT_DB_ALIAS], _END_ATTEMPTS)
-    cursor.execute(_END_ATTEMPTS, columns)
+    cursor.execute(_END_ATTEMPTS, [orjson.dumps(rows).decode()])
 
 
 _BUMP_REVISIONS = (

@@ -91,7 +91,7 @@ def judge(
         if confirmed is None:
             _wake_dependents(call)
         else:
-            confirmed.append(call.pk)
+            confirmed.append(call.id)
         return
     if call.verifications >= MAX_VERIFICATIONS:
         tool_call_transition(

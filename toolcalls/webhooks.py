@@ -158,7 +158,7 @@ def tool_call_terminal(call: Any, *, event_id: str) -> None:
         event_type=Webhook.EventType.TOOL_CALL_TERMINAL,
         event_id=event_id,
         data=lambda: {"tool_call": tool_call_out(call)},
-        tool_call_id=call.pk,
+        tool_call_id=call.id,
         run_id=call.run_id,
     )
 

@@ -35,7 +35,7 @@ def tool_call_ids(call: ToolCall) -> events.Ids:
     ids = call.__dict__.get("_event_ids")
     if ids is None:
         ids = call.__dict__["_event_ids"] = events.Ids(
-            tool_call_id=call.pk,
+            tool_call_id=call.id,
             capability_id=call.capability_id,
             decision_id=call.decision_id or "",
         )
@@ -81,14 +81,14 @@ def tool_call_transition(
         ids=tool_call_ids(call),
         reason=reason,
         refusal=errors.INVALID_STATE,
-        occurred_at=moment,
+        at=moment,  # the event's occurred_at and recorded_at: one reading of the clock
         **details,
     )
     status_after = call.agent_status  # once: `is_terminal` would work it out again
     if status_after != status_before and status_after in TERMINAL_STATUSES:
-        webhooks.tool_call_terminal(call, event_id=event.pk)
+        webhooks.tool_call_terminal(call, event_id=event.id)
     if action == "hand_to_human":
-        channels.desk_item_added(call, event_id=event.pk, reason=reason)
+        channels.desk_item_added(call, event_id=event.id, reason=reason)
 
 
 def tool_call_lock(tool_call_id: str) -> ToolCall | None:
@@ -109,7 +109,7 @@ def bind_log_ids(call: ToolCall) -> None:
     logcontext.bind(
         tenant=call.tenant.slug,
         run_id=call.run_id,
-        tool_call_id=call.pk,
+        tool_call_id=call.id,
         correlation_id=call.run.correlation_id,
     )
 

@@ -29,6 +29,15 @@ class _Handler(BaseHTTPRequestHandler):
         # Closed without saying so, as a server's idle timeout does between two requests.
         self.close_connection = self.server.close_silently
 
+    def do_POST(self) -> None:
+        received = self.rfile.read(int(self.headers["Content-Length"]))
+        body = json.dumps({"path": self.path, "received": received.decode()}).encode()
+        self.send_response(201)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
     def log_message(self, format: str, *args: object) -> None:
         pass
 
@@ -76,3 +85,28 @@ def test_a_host_that_does_not_answer_is_reported() -> None:
 
     with pytest.raises(keepalive.ReadFailed, match="ConnectionRefusedError"):
         keepalive.get(f"http://127.0.0.1:{port}/orders/1", {}, timeout=2)
+
+
+def test_a_write_goes_out_in_one_send(server: _Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    sent: list[bytes] = []
+    original = socket.socket.sendall
+
+    def sendall(sock: socket.socket, data: bytes, *args: object) -> None:
+        if bytes(data).startswith(b"POST "):  # the client's, not the test server's answers
+            sent.append(bytes(data))
+        original(sock, data, *args)
+
+    monkeypatch.setattr(socket.socket, "sendall", sendall)
+    body = json.dumps({"amount_cents": 100, "note": "é"}).encode()
+    headers = {"Content-Type": "application/json", "Idempotency-Key": "k-1"}
+    answer = keepalive.send("POST", _url(server, "/refunds"), headers, body, timeout=5)
+
+    assert answer.status == 201
+    assert answer.json() == {"path": "/refunds", "received": body.decode()}
+    assert len(sent) == 1  # the head and the body together (http.client's own: two sends)
+    head, _, rest = sent[0].partition(b"\r\n\r\n")
+    assert rest == body
+    assert head.startswith(b"POST /refunds HTTP/1.1\r\n")
+    assert b"\r\nContent-Length: " + str(len(body)).encode() in head
+    again = keepalive.send("POST", _url(server, "/refunds"), headers, body, timeout=5)
+    assert again.status == 201 and len(sent) == 2  # and the connection carries the next
