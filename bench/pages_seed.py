@@ -30,6 +30,7 @@ from django.db import connection, transaction
 from approvals.models import Approval
 from bench.pages_clone import Clone, Compiled, EventShape, check_hashes, event_shape
 from runs import services as run_services
+from runs.events import BODY_ATTNAMES
 from runs.models import Event, Run, Tenant, User
 from sandbox.seed import seed_captured_cents
 from toolcalls import dispatch, gate, reconcile
@@ -62,28 +63,7 @@ CLONED_TABLES = (
     ),
 )
 SERIAL_TABLES = {"toolcalls_toolcall_depends_on", "approvals_approvaldecision"}
-EVENT_COLUMNS = [
-    "id",
-    "run_id",
-    "seq",
-    "event_type",
-    "schema_version",
-    "producer",
-    "tenant_id",
-    "actor",
-    "turn_id",
-    "decision_id",
-    "capability_id",
-    "tool_call_id",
-    "approval_id",
-    "correlation_id",
-    "causation_id",
-    "occurred_at",
-    "recorded_at",
-    "payload",
-    "prev_hash",
-    "hash",
-]
+EVENT_COLUMNS = [*BODY_ATTNAMES, "hash"]
 
 
 @dataclass

@@ -116,10 +116,11 @@ def event_body(event: Event) -> dict[str, Any]:
         # is a call per read.
         return _body(event.__dict__)
     except KeyError:  # a deferred field: its descriptor loads it
-        return _body({name: getattr(event, name) for name in _BODY_ATTNAMES})
+        return _body({name: getattr(event, name) for name in BODY_ATTNAMES})
 
 
-_BODY_ATTNAMES = (
+# The columns an event's hash covers, in its body's order (bench/pages_seed.py copies them).
+BODY_ATTNAMES = (
     "id",
     "run_id",
     "seq",
