@@ -195,6 +195,8 @@ def clicks(
             # POST as a browser does; the test client's default, multipart, put Django's
             # multipart parser in the POST (0.111 of 1.861 s in --profile, 31 POSTs).
             form = urlencode({"version": approval.version, "summary_hash": approval.summary_hash})
+            backend = connection.connection.info.backend_pid
+            queued, backend_queued = _runqueue("thread-self"), _runqueue(backend)
             started, cpu_started, waits = time.time(), time.thread_time(), _waits()
             queries = QueryCount()
             with connection.execute_wrapper(queries):
@@ -206,6 +208,8 @@ def clicks(
                 )
             posted, post_cpu = time.time(), time.thread_time() - cpu_started
             waits = _waits() - waits
+            queued = _runqueue("thread-self") - queued
+            backend_queued = _runqueue(backend) - backend_queued
             if response.status_code != 302:
                 raise RuntimeError(
                     f"approve {approval.pk}: {response.status_code} {response.content[-2000:]}"
@@ -233,6 +237,8 @@ def clicks(
                     "post_queries": queries.count,
                     "post_round_trips": queries.round_trips,
                     "post_waits": waits,
+                    "post_runqueue_ms": queued,
+                    "post_backend_runqueue_ms": backend_queued,
                     "dispatching_ms": (dispatching - started) * 1000 if dispatching else None,
                     "hop_ms": (dispatching - float(authorized)) * 1000 if dispatching else None,
                     "backlog": backlog,
@@ -282,6 +288,9 @@ def clicks(
         "background_per_s": background / (last - first),
         "window_s": last - first,
         "database": settings.DATABASES["default"]["NAME"],
+        # The tail's own story: a p99 is one or two clicks, and which part of them was slow
+        # (the POST, the hand-off to the worker, the claim) says where to look.
+        "slowest": sorted(samples, key=lambda s: -(s["dispatching_ms"] or inf))[:5],
         "profile": _top(profiler) if profile else "",
     }
 
@@ -301,6 +310,17 @@ def _waits() -> int:
             if line.startswith("voluntary_ctxt_switches:"):
                 return int(line.split()[1])
     return 0
+
+
+def _runqueue(task: int | str) -> float:
+    """Milliseconds the task (a thread, or the PostgreSQL backend's process when the database
+    runs on this host) has spent runnable but waiting for a core so far: the second field of
+    /proc/<task>/schedstat. 0 where it cannot be read."""
+    try:
+        with open(f"/proc/{task}/schedstat") as schedstat:
+            return int(schedstat.read().split()[1]) / 1e6
+    except (OSError, IndexError, ValueError):
+        return 0.0
 
 
 class QueryCount:

@@ -30,8 +30,25 @@ def test_a_worker_with_worker_nice_runs_every_thread_and_child_at_it(start_celer
         assert nice_of_every_thread(pid) == {base + 10}
 
 
+def autogroup_nice(pid: int) -> int:
+    """The nice value of the process's session group ("/autogroup-25 nice 10")."""
+    return int(Path(f"/proc/{pid}/autogroup").read_text().split()[-1])
+
+
+def test_a_worker_with_worker_nice_in_its_own_session_lowers_the_session_group(
+    start_celery,
+) -> None:
+    # The test workers lead their own sessions, as the benchmarks' do: under autogroup
+    # scheduling only the group's nice value ranks them against other processes.
+    worker = start_celery("worker", WORKER_NICE="10")
+    assert os.getsid(worker.process.pid) == worker.process.pid
+    assert autogroup_nice(worker.process.pid) == 10
+    assert autogroup_nice(os.getpid()) == 0  # the test's own session is left alone
+
+
 def test_a_worker_without_it_runs_at_normal_priority(start_celery) -> None:
     base = os.nice(0)
     worker = start_celery("worker", queues="interactive")
     for pid in [worker.process.pid, *worker.children()]:
         assert nice_of_every_thread(pid) == {base}
+    assert autogroup_nice(worker.process.pid) == 0

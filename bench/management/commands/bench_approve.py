@@ -122,6 +122,10 @@ class Command(BaseCommand):
         driver.write_json(path, phase(**spec))
 
 
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
 class Bench:
     def __init__(self, command: Command, options: dict[str, Any], db_url: str, broker: str):
         self.command, self.options = command, options
@@ -344,6 +348,14 @@ class Bench:
             f"{w['p99']:.1f} ms; the claim, task start -> dispatching: p50 {c['p50']:.1f} ms, "
             f"p95 {c['p95']:.1f} ms, p99 {c['p99']:.1f} ms"
         )
+        for s in r["slowest"]:
+            self.say(
+                f"  slow click: {_ms(s['dispatching_ms'])} ms = the POST {s['post_ms']:.1f} ms "
+                f"(CPU {s['post_cpu_ms']:.1f}, {s['post_waits']} waits; waiting for a core: "
+                f"{s['post_runqueue_ms']:.1f} ms, its database backend "
+                f"{s['post_backend_runqueue_ms']:.1f} ms), authorized -> task "
+                f"start {_ms(s['receive_ms'])} ms, the claim {_ms(s['claim_ms'])} ms"
+            )
         if load is not None:
             self.say(
                 f"  background: {r['background_per_s']:.1f} auto-authorized calls/s reached "
