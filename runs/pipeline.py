@@ -70,10 +70,14 @@ def writes_together() -> Iterator[None]:
             except BaseException:
                 # The transaction is failing or being abandoned: a write the server refuses
                 # now must not hide the error that left the block.
-                with contextlib.suppress(DatabaseError):
-                    _send(conn)
+                if conn._queued_writes:
+                    with contextlib.suppress(DatabaseError):
+                        _send(conn)
                 raise
-            _send(conn)
+            # Not when the last statement took them: an empty pipeline is still a round trip
+            # (its Sync).
+            if conn._queued_writes:
+                _send(conn)
     finally:
         conn._queued_writes = None
 

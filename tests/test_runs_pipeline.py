@@ -134,3 +134,18 @@ def test_a_write_the_server_refuses_fails_the_statement_that_took_it(table) -> N
     with failing, transaction.atomic(), pipeline.writes_together():
         pipeline.write(connection, UPDATE, [1, 99], rows=1, error="row 99 is gone")
         rows()  # the read that took the write along raises its failed row count
+
+
+def test_a_block_whose_writes_a_read_took_ends_without_another_round_trip(
+    table, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with transaction.atomic():
+        entered: list[bool] = []
+        pg = connection.connection
+        monkeypatch.setattr(pg, "pipeline", lambda: entered.append(True) or type(pg).pipeline(pg))
+        with pipeline.writes_together():
+            pipeline.write(connection, UPDATE, [1, 1], rows=1)
+            assert rows() == [(1, 1), (2, 0)]  # the read took the write: one pipeline
+        with pipeline.writes_together():
+            pass  # nothing written: no pipeline at all
+    assert entered == [True]
