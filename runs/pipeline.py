@@ -48,7 +48,8 @@ def writes_together() -> Iterator[None]:
     outer one). A statement run any other way in the block takes the queued writes with it,
     ahead of it, in its round trip, so it reads what they wrote; an exception leaving the
     block sends them too (as they would have run already without the block; the transaction
-    decides what stays)."""
+    decides what stays). A queued write that fails marks the transaction for rollback, since
+    its error may be raised where no handler expects it (`_send`)."""
     conn = connections[DEFAULT_DB_ALIAS]
     if conn.vendor != "postgresql" or getattr(conn, "_queued_writes", None) is not None:
         yield
@@ -104,6 +105,16 @@ def _send(conn: Any, then: Callable[[], Any] | None = None) -> Any:
             _check(cursor.rowcount, rows, error)
             cursor.close()
         return result
+    except BaseException:
+        # A queued write's error is raised at a later statement, maybe at the SAVEPOINT of a
+        # block the write was not in, whose handler would carry on: to a COMMIT that the
+        # server turns into a rollback (after on_commit's callbacks ran), or past a row count
+        # that failed. So the transaction is marked to roll back; an exception leaving a
+        # savepoint's block still rolls back just that savepoint, as Django does. (The error
+        # of `then` itself marks it too, and a failed RELEASE cannot be undone by rolling
+        # back to its savepoint: both fail closed.)
+        conn.needs_rollback = True
+        raise
     finally:
         conn._queued_writes = []
 
