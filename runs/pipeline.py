@@ -3,7 +3,8 @@ whose results nobody reads (a transition's UPDATE, an event batch's INSERT, an o
 message, a counter) are queued, and sent in one round trip (psycopg's pipeline mode) when the
 block ends, or with the next other statement of the connection, ahead of it, so the database
 sees them in the order the code wrote them and every read sees them. Each one's row count is
-checked once the results are in. (Nothing in a block may use COPY, which a pipeline refuses.)
+checked once the results are in. (No statement in a block may use COPY or a server-side
+cursor, `QuerySet.iterator()`, while writes are queued: psycopg refuses both in a pipeline.)
 
 Why: the approver's click waits for each round trip of its transaction, and on a busy host
 each one waits for a core twice (the web process and its backend are woken in turn): the

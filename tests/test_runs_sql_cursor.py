@@ -1,4 +1,4 @@
-"""runs/sql.py's `cursor_for`: the same cursor again for the next statement, and a new one
+"""runs/cursors.py's `cursor_for`: the same cursor again for the next statement, and a new one
 whenever `connection.cursor()` would have made a different one (another connection, a health
 check due, queries logged or not, another time zone); one per statement named, which keeps
 psycopg's adapters for that statement from one run of it to the next."""
