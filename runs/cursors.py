@@ -26,17 +26,25 @@ def cursor_for(conn: Any, statement: str | None = None) -> Any:
         and kept[1] == conn.queries_logged
         and kept[2] is conn.timezone
     ):
-        kept = (conn.connection, conn.queries_logged, conn.timezone, {})
-        conn._kept_cursors = kept
+        # The connection is read after the first cursor is made: making it may connect (a
+        # closed one is None until then) or reconnect (a failed health check), and the kept
+        # cursors belong to the connection it leaves, not to the one before.
+        cursor = _made(conn)
+        made = {statement: cursor}
+        conn._kept_cursors = (conn.connection, conn.queries_logged, conn.timezone, made)
+        return cursor
     cursors = kept[3]
     cursor = cursors.get(statement)
     if cursor is None:
         if len(cursors) >= _MAX_KEPT_CURSORS:
             cursors.clear()  # a caller passing statements made anew each time
-        # The first one of a connection runs the health check, if one is due; later ones
-        # find it done.
-        cursor = cursors[statement] = conn.cursor()
-        _load_timestamps_in_c(conn, cursor)
+        cursor = cursors[statement] = _made(conn)
+    return cursor
+
+
+def _made(conn: Any) -> Any:
+    cursor = conn.cursor()  # runs the health check, if one is due
+    _load_timestamps_in_c(conn, cursor)
     return cursor
 
 

@@ -119,7 +119,7 @@ def event_body(event: Event) -> dict[str, Any]:
         return _body({name: getattr(event, name) for name in BODY_ATTNAMES})
 
 
-# The columns an event's hash covers, in its body's order (bench/pages_seed.py copies them).
+# The columns an event's hash covers, in its body's order (bench/pages_seed.py reads them).
 BODY_ATTNAMES = (
     "id",
     "run_id",

@@ -3,7 +3,8 @@ whose results nobody reads (a transition's UPDATE, an event batch's INSERT, an o
 message, a counter) are queued, and sent in one round trip (psycopg's pipeline mode) when the
 block ends, or with the next other statement of the connection, ahead of it, so the database
 sees them in the order the code wrote them and every read sees them. Each one's row count is
-checked once the results are in. (Nothing in a block may use COPY, which a pipeline refuses.)
+checked once the results are in. (No statement in a block may use COPY or a server-side
+cursor, `QuerySet.iterator()`, while writes are queued: psycopg refuses both in a pipeline.)
 
 Why: the approver's click waits for each round trip of its transaction, and on a busy host
 each one waits for a core twice (the web process and its backend are woken in turn): the
@@ -48,7 +49,8 @@ def writes_together() -> Iterator[None]:
     outer one). A statement run any other way in the block takes the queued writes with it,
     ahead of it, in its round trip, so it reads what they wrote; an exception leaving the
     block sends them too (as they would have run already without the block; the transaction
-    decides what stays)."""
+    decides what stays). A queued write that fails marks the transaction for rollback, since
+    its error may be raised where no handler expects it (`_send`)."""
     conn = connections[DEFAULT_DB_ALIAS]
     if conn.vendor != "postgresql" or getattr(conn, "_queued_writes", None) is not None:
         yield
@@ -70,10 +72,14 @@ def writes_together() -> Iterator[None]:
             except BaseException:
                 # The transaction is failing or being abandoned: a write the server refuses
                 # now must not hide the error that left the block.
-                with contextlib.suppress(DatabaseError):
-                    _send(conn)
+                if conn._queued_writes:
+                    with contextlib.suppress(DatabaseError):
+                        _send(conn)
                 raise
-            _send(conn)
+            # Not when the last statement took them: an empty pipeline is still a round trip
+            # (its Sync).
+            if conn._queued_writes:
+                _send(conn)
     finally:
         conn._queued_writes = None
 
@@ -100,6 +106,16 @@ def _send(conn: Any, then: Callable[[], Any] | None = None) -> Any:
             _check(cursor.rowcount, rows, error)
             cursor.close()
         return result
+    except BaseException:
+        # A queued write's error is raised at a later statement, maybe at the SAVEPOINT of a
+        # block the write was not in, whose handler would carry on: to a COMMIT that the
+        # server turns into a rollback (after on_commit's callbacks ran), or past a row count
+        # that failed. So the transaction is marked to roll back; an exception leaving a
+        # savepoint's block still rolls back just that savepoint, as Django does. (The error
+        # of `then` itself marks it too, and a failed RELEASE cannot be undone by rolling
+        # back to its savepoint: both fail closed.)
+        conn.needs_rollback = True
+        raise
     finally:
         conn._queued_writes = []
 

@@ -134,3 +134,59 @@ def test_a_write_the_server_refuses_fails_the_statement_that_took_it(table) -> N
     with failing, transaction.atomic(), pipeline.writes_together():
         pipeline.write(connection, UPDATE, [1, 99], rows=1, error="row 99 is gone")
         rows()  # the read that took the write along raises its failed row count
+
+
+def test_a_block_whose_writes_a_read_took_ends_without_another_round_trip(
+    table, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with transaction.atomic():
+        entered: list[bool] = []
+        pg = connection.connection
+        monkeypatch.setattr(pg, "pipeline", lambda: entered.append(True) or type(pg).pipeline(pg))
+        with pipeline.writes_together():
+            pipeline.write(connection, UPDATE, [1, 1], rows=1)
+            assert rows() == [(1, 1), (2, 0)]  # the read took the write: one pipeline
+        with pipeline.writes_together():
+            pass  # nothing written: no pipeline at all
+    assert entered == [True]
+
+
+INSERT = "INSERT INTO pipeline_t VALUES (%s, %s)"
+
+
+@pytest.mark.parametrize(
+    "failing",
+    [(INSERT, [1, 0], None), (UPDATE, [1, 99], 1)],
+    ids=["refused by the server", "a row count other than expected"],
+)
+def test_a_queued_write_failing_at_a_savepoint_is_not_caught_as_the_savepoint_s(
+    table, failing
+) -> None:
+    # The SAVEPOINT takes the queued writes along; a handler of the savepoint's own errors
+    # must not carry the transaction on to a COMMIT (which the server turns into a rollback
+    # after on_commit ran) or to committing a write whose row count failed.
+    statement, params, count = failing
+    committed: list[bool] = []
+    with transaction.atomic():
+        transaction.on_commit(lambda: committed.append(True))
+        with pipeline.writes_together():
+            pipeline.write(connection, UPDATE, [1, 1], rows=1)
+            pipeline.write(connection, statement, params, rows=count)
+            with pytest.raises(DatabaseError), transaction.atomic():  # the SAVEPOINT raises
+                pipeline.write(connection, UPDATE, [1, 2], rows=1)
+    assert committed == []
+    assert rows() == [(1, 0), (2, 0)]
+
+
+def test_a_write_failing_under_the_exception_leaving_the_block_rolls_the_transaction_back(
+    table,
+) -> None:
+    committed: list[bool] = []
+    with transaction.atomic():
+        transaction.on_commit(lambda: committed.append(True))
+        with pytest.raises(ValueError), pipeline.writes_together():
+            pipeline.write(connection, UPDATE, [1, 1], rows=1)
+            pipeline.write(connection, UPDATE, [1, 99], rows=1)
+            raise ValueError("the caller's, which it catches")
+    assert committed == []
+    assert rows() == [(1, 0), (2, 0)]

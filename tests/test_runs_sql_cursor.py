@@ -1,4 +1,4 @@
-"""runs/sql.py's `cursor_for`: the same cursor again for the next statement, and a new one
+"""runs/cursors.py's `cursor_for`: the same cursor again for the next statement, and a new one
 whenever `connection.cursor()` would have made a different one (another connection, a health
 check due, queries logged or not, another time zone); one per statement named, which keeps
 psycopg's adapters for that statement from one run of it to the next."""
@@ -126,3 +126,13 @@ def test_a_time_zone_other_than_utc_keeps_djangos_loader(monkeypatch: pytest.Mon
     kept.execute("SELECT '2026-01-01 10:00:00+00'::timestamptz")
     (value,) = kept.fetchone()
     assert value.tzinfo == zoneinfo.ZoneInfo("Europe/Paris")  # as Django's loader makes it
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_connection_closed_and_opened_again_by_the_kept_cursor_gets_a_new_cursor() -> None:
+    # The first cursor_for of a closed connection opens it: its cursors must be the new
+    # connection's, or the next close leaves them on a closed one that matches "None".
+    connection.close()
+    assert _one(5) == 5
+    connection.close()
+    assert _one(6) == 6

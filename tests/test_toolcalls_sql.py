@@ -153,3 +153,14 @@ def test_the_claims_lock_reads_the_calls_and_their_readiness_in_one_statement(
         assert _values(call.tenant) == _values(alone.tenant)
     assert ready[second.pk].has_dependencies and not ready[first.pk].has_dependencies
     assert ready[first.pk].breaker_state == "open"
+
+
+def test_the_claims_lock_keeps_its_own_cursor_between_other_statements() -> None:
+    # psycopg keeps a cursor's adapters while it runs the same statement (runs/cursors.py).
+    with transaction.atomic():
+        sql_batch.lock_calls_ready(["tc_missing"])
+        kept = connection._kept_cursors[3].get(sql_batch._LOCK_MANY_READY)
+        sql.lock_calls(["tc_missing"])
+        sql_batch.lock_calls_ready(["tc_missing"])
+        assert kept is not None
+        assert connection._kept_cursors[3][sql_batch._LOCK_MANY_READY] is kept

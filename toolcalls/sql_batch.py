@@ -104,7 +104,7 @@ def lock_calls_ready(tool_call_ids: list[str]) -> tuple[list[ToolCall], dict[str
     if not connection.features.has_select_for_update:
         calls = lock_calls(tool_call_ids, skip_locked=True)
         return calls, readiness_of(calls)
-    cursor = runs_sql.cursor_for(connections[DEFAULT_DB_ALIAS])
+    cursor = runs_sql.cursor_for(connections[DEFAULT_DB_ALIAS], _LOCK_MANY_READY)
     cursor.execute(_LOCK_MANY_READY, [id_array(tool_call_ids)])
     rows = cursor.fetchall()
     width = len(_CALL) + len(_RUN) + len(_TENANT)

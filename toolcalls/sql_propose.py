@@ -119,7 +119,7 @@ def _insert_together(conn: Any, values: list[Any], message: OutboxMessage | None
 
 
 # The statements made of parts (two or three kinds per proposal), each made once: the same
-# text object each time, so psycopg keeps its adapters for it (runs/sql.py cursor_for).
+# text object each time, so psycopg keeps its adapters for it (runs/cursors.py cursor_for).
 _TOGETHER: dict[tuple[str, ...], str] = {}
 
 

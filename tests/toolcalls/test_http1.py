@@ -306,6 +306,41 @@ def test_a_write_s_answer_headers_read_in_any_case(server: _Scripted) -> None:
 
 
 @pytest.mark.parametrize(
+    "answer",
+    [
+        b"",
+        b"HTTP/1.1 100 Continue\r\n\r\n",
+        b"HTTP/1.1 201 Created\r\nContent-Le",
+        b"HTTP/1.1 2x1 Created\r\n\r\n",
+        b"SMTP ready\r\n\r\n",
+        b"HTTP/1.1 201 Created\r\nContent-Length: 30\r\n\r\n{}",
+        b"HTTP/1.1 201 Created\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab",
+        b"HTTP/1.1 201 Created\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+    ],
+    ids=[
+        "closed unanswered",
+        "closed after 100 Continue",
+        "head cut off",
+        "garbled status",
+        "not HTTP",
+        "body cut off",
+        "chunked body cut off",
+        "bad chunk size",
+    ],
+)
+def test_a_write_s_lost_or_garbled_answer_is_answer_lost_and_not_sent_again(
+    server: _Scripted, answer: bytes
+) -> None:
+    # The request reached the server: whatever comes back broken, the write's result is
+    # unknown (toolcalls/send.py: "unknown"), never "not sent" nor a status to act on.
+    server.answers = [(answer, True)]
+
+    with pytest.raises(keepalive.AnswerLost):
+        keepalive.send("POST", f"http://127.0.0.1:{server.port}/refunds", {}, b"{}", timeout=5)
+
+    assert len(server.received) == 1
+
+@pytest.mark.parametrize(
     ("url", "slot", "target"),
     [
         ("http://127.0.0.1:8/orders/1?x=1#frag", ("http", "127.0.0.1:8"), "/orders/1?x=1"),
