@@ -87,13 +87,18 @@ def load(
     offset: int,
     backlog: int,
     backlog_file: str,
+    nice: int = 0,
 ) -> dict[str, Any]:
     """Propose auto-authorized refunds until `stop_file` exists or `calls` were proposed.
     `backlog_file` is written once the first `backlog` were proposed: the benchmark starts the
     workers then, so they begin behind a queue of bulk work (on two cores, proposing alone
     cannot outpace them)."""
+    from config import priority
     from toolcalls.propose import tool_call_propose
 
+    # The load stands for the agents' requests, which the Procfile's `api` line serves at
+    # WEB_NICE (bench_approve --load-nice); the clicking process is the console's `web` line.
+    priority.lower(nice)
     tenant = _tenant()
     stop = Path(stop_file)
     proposed = [0] * threads
@@ -172,6 +177,9 @@ def clicks(
     profiler = cProfile.Profile(time.thread_time) if profile else _Direct()
     monitor = Monitor()
     samples: list[dict[str, Any]] = []
+    from toolcalls import gate
+
+    gate.business_check = check = _Timed(gate.business_check)
     try:
         for i, run_id in enumerate(run_ids):
             if i == warmup:  # the web process freezes what it loaded (config/wsgi.py)
@@ -191,12 +199,18 @@ def clicks(
             )
             approval = Approval.objects.get(tool_call_id=call.pk)
             backlog = {q: queue.llen(q) for q in ("celery", "interactive")}
+            # The bulk work waiting in the database (batched dispatch claims authorized calls
+            # there; the queue holds only wake-ups): 0 means the workers had run dry.
+            backlog["authorized"] = monitor.all(
+                "SELECT count(*) FROM toolcalls_toolcall WHERE execution_status = 'authorized'"
+            )[0][0]
             # As the approval page's form posts it (no enctype: urlencoded), encoded before the
             # POST as a browser does; the test client's default, multipart, put Django's
             # multipart parser in the POST (0.111 of 1.861 s in --profile, 31 POSTs).
             form = urlencode({"version": approval.version, "summary_hash": approval.summary_hash})
             backend = connection.connection.info.backend_pid
             queued, backend_queued = _runqueue("thread-self"), _runqueue(backend)
+            backend_ran, check.ms = _runqueue(backend, 0), 0.0
             started, cpu_started, waits = time.time(), time.thread_time(), _waits()
             queries = QueryCount()
             with connection.execute_wrapper(queries):
@@ -210,6 +224,7 @@ def clicks(
             waits = _waits() - waits
             queued = _runqueue("thread-self") - queued
             backend_queued = _runqueue(backend) - backend_queued
+            backend_ran = _runqueue(backend, 0) - backend_ran
             if response.status_code != 302:
                 raise RuntimeError(
                     f"approve {approval.pk}: {response.status_code} {response.content[-2000:]}"
@@ -239,6 +254,8 @@ def clicks(
                     "post_waits": waits,
                     "post_runqueue_ms": queued,
                     "post_backend_runqueue_ms": backend_queued,
+                    "post_backend_ran_ms": backend_ran,
+                    "post_check_ms": check.ms,
                     "dispatching_ms": (dispatching - started) * 1000 if dispatching else None,
                     "hop_ms": (dispatching - float(authorized)) * 1000 if dispatching else None,
                     "backlog": backlog,
@@ -270,6 +287,7 @@ def clicks(
     posts = [s["post_ms"] for s in samples]
     hops = [inf if s["hop_ms"] is None else s["hop_ms"] for s in samples]
     backlogs = [s["backlog"]["celery"] for s in samples]
+    waiting = [s["backlog"]["authorized"] for s in samples]
     return {
         "clicks": len(samples),
         "reached": len(reached),
@@ -283,6 +301,7 @@ def clicks(
         "post_round_trips": samples[-1]["post_round_trips"],
         "hop": {f"p{q}": percentile(hops, q) for q in (50, 95, 99)},
         "backlog": {"p50": percentile(backlogs, 50), "max": max(backlogs)},
+        "authorized": {"min": min(waiting), "p50": percentile(waiting, 50)},
         "receive": _percentiles([s["receive_ms"] for s in samples]),
         "claim": _percentiles([s["claim_ms"] for s in samples]),
         "background_per_s": background / (last - first),
@@ -312,15 +331,30 @@ def _waits() -> int:
     return 0
 
 
-def _runqueue(task: int | str) -> float:
+def _runqueue(task: int | str, field: int = 1) -> float:
     """Milliseconds the task (a thread, or the PostgreSQL backend's process when the database
-    runs on this host) has spent runnable but waiting for a core so far: the second field of
+    runs on this host) has spent runnable but waiting for a core so far (`field` 0: running):
     /proc/<task>/schedstat. 0 where it cannot be read."""
     try:
         with open(f"/proc/{task}/schedstat") as schedstat:
-            return int(schedstat.read().split()[1]) / 1e6
+            return int(schedstat.read().split()[field]) / 1e6
     except (OSError, IndexError, ValueError):
         return 0.0
+
+
+class _Timed:
+    """Wraps the business check the decision runs (toolcalls/gate.py): the time its answer
+    from the external system (the sandbox) took, a part of the POST no code here can shorten."""
+
+    def __init__(self, function: Any) -> None:
+        self.function, self.ms = function, 0.0
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return self.function(*args, **kwargs)
+        finally:
+            self.ms += (time.perf_counter() - started) * 1000
 
 
 class QueryCount:

@@ -8,7 +8,7 @@ from celery import Celery, signals
 from django.conf import settings
 from django.db import close_old_connections
 
-from config import gc_freeze, telemetry
+from config import gc_freeze, priority, telemetry
 from runs import logcontext
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.base")
@@ -28,28 +28,7 @@ def lower_the_cpu_priority(sender: Any = None, **kwargs: Any) -> None:
     """WORKER_NICE: the bulk worker yields the CPU to the web and `interactive` processes.
     worker_init runs in the main process before the pool starts; on Linux the nice value is
     per thread and inherited, so the pool's threads and forked children run at it too."""
-    if settings.WORKER_NICE > 0:
-        os.nice(settings.WORKER_NICE)
-        lower_the_session_group(settings.WORKER_NICE)
-
-
-def lower_the_session_group(nice: int) -> None:
-    """With Linux's autogroup scheduling, a thread's nice value only ranks it against the
-    threads of its own session: each session is one group, and groups share the cores
-    equally. A worker started in a session of its own (setsid, or a supervisor that starts
-    each program in a new session: bench_dispatch, bench_approve and the tests do) is alone in
-    its group, so os.nice alone changed nothing against the web process, the `interactive`
-    worker or PostgreSQL's backends (bench_approve --load dispatch). The group's own nice
-    value is what ranks it; set only by a session's leader, which would otherwise lower its
-    whole terminal's session, the web process perhaps included. Under systemd or in a
-    container, cgroups rank the services and this file changes nothing."""
-    if os.getsid(0) != os.getpid():
-        return
-    try:
-        with open("/proc/self/autogroup", "w") as autogroup:
-            autogroup.write(str(nice))
-    except OSError:
-        pass  # no autogroup (not Linux, or CONFIG_SCHED_AUTOGROUP off): nothing to rank
+    priority.lower(settings.WORKER_NICE)
 
 
 @signals.worker_ready.connect

@@ -68,11 +68,23 @@ class Command(BaseCommand):
             "its caches: URL resolver, policies, validators)",
         )
         parser.add_argument("--load", choices=["none", "dispatch"], default="none")
-        parser.add_argument("--load-calls", type=int, default=6000, help="at most, proposed")
+        parser.add_argument("--load-calls", type=int, default=8000, help="at most, proposed")
         parser.add_argument("--load-threads", type=int, default=4)
+        parser.add_argument(
+            "--load-nice",
+            type=int,
+            default=10,
+            help="the load's CPU priority: it stands for the agents' requests, which the "
+            "Procfile's `api` line serves at WEB_NICE 10 (0 for normal priority, as the "
+            "console's process)",
+        )
         parser.add_argument("--warmup", type=float, default=3, help="seconds of load first")
         parser.add_argument(
-            "--backlog", type=int, default=800, help="bulk calls proposed before workers start"
+            "--backlog",
+            type=int,
+            default=3000,
+            help="bulk calls proposed before workers start: enough that they never run dry "
+            "during the clicks (the report prints the calls waiting at each click)",
         )
         parser.add_argument("--workers", type=int, default=2)
         parser.add_argument("--pool", default="threads", choices=["threads", "prefork", "solo"])
@@ -186,6 +198,7 @@ class Bench:
                     "offset": offset,
                     "backlog": opts["backlog"],
                     "backlog_file": str(backlog_file),
+                    "nice": opts["load_nice"],
                 }
                 loader = self.start_inner("load", spec, env, tmp)
                 self.loader = loader
@@ -291,7 +304,11 @@ class Bench:
         path = tmp / f"{phase}.json"
         path.write_text(json.dumps(spec))
         log = (tmp / f"{phase}.log").open("wb")
-        return subprocess.Popen(self.argv(phase, path), cwd=ROOT, env=env, stderr=log)
+        # A session of its own, as a supervisor starts the Procfile's `api` line: a process
+        # of its own scheduling group (config/priority.py), not one of the clicking process's.
+        return subprocess.Popen(
+            self.argv(phase, path), cwd=ROOT, env=env, stderr=log, start_new_session=True
+        )
 
     def inner(self, phase: str, spec: dict, env: dict[str, str], tmp: Path) -> dict[str, Any]:
         path = tmp / f"{phase}.json"
@@ -311,6 +328,7 @@ class Bench:
             f"  {opts['workers']} workers x --pool {opts['pool']} --concurrency "
             f"{opts['concurrency']} (WORKER_NICE {opts['bulk_nice']}"
             f"{', -Q celery' if opts['interactive_workers'] else ''}), "
+            f"the load at nice {opts['load_nice']}, "
             f"{opts['interactive_workers']} more x -Q interactive "
             f"--concurrency {opts['interactive_concurrency']}; --load {opts['load']}; "
             f"{r['clicks']} clicks (after {opts['warmup_clicks']} not counted), "
@@ -352,8 +370,10 @@ class Bench:
             self.say(
                 f"  slow click: {_ms(s['dispatching_ms'])} ms = the POST {s['post_ms']:.1f} ms "
                 f"(CPU {s['post_cpu_ms']:.1f}, {s['post_waits']} waits; waiting for a core: "
-                f"{s['post_runqueue_ms']:.1f} ms, its database backend "
-                f"{s['post_backend_runqueue_ms']:.1f} ms), authorized -> task "
+                f"{s['post_runqueue_ms']:.1f} ms; its database backend ran "
+                f"{s['post_backend_ran_ms']:.1f} ms, waited for a core "
+                f"{s['post_backend_runqueue_ms']:.1f} ms; the business check at the sandbox "
+                f"{s['post_check_ms']:.1f} ms), authorized -> task "
                 f"start {_ms(s['receive_ms'])} ms, the claim {_ms(s['claim_ms'])} ms"
             )
         if load is not None:
@@ -363,7 +383,9 @@ class Bench:
                 f"proposed by {opts['load_threads']} threads in {load['seconds']:.1f} s, "
                 f"{load['error_count']} refused); "
                 f"bulk queue 'celery' at each click: p50 {r['backlog']['p50']}, "
-                f"max {r['backlog']['max']} messages"
+                f"max {r['backlog']['max']} messages; bulk calls authorized and not yet "
+                f"claimed at each click: min {r['authorized']['min']}, p50 "
+                f"{r['authorized']['p50']:.0f} (0: the workers had run dry)"
             )
             for sample in load["errors"]:
                 self.say(f"    load error: {sample}")
