@@ -165,6 +165,7 @@ def clicks(
 ) -> dict[str, Any]:
     from approvals.models import Approval
     from config import gc_freeze
+    from toolcalls import gate
     from toolcalls.propose import tool_call_propose
 
     tenant = _tenant()
@@ -177,8 +178,7 @@ def clicks(
     profiler = cProfile.Profile(time.thread_time) if profile else _Direct()
     monitor = Monitor()
     samples: list[dict[str, Any]] = []
-    from toolcalls import gate
-
+    # This process only: the decision's business check, timed (the slow clicks' report).
     gate.business_check = check = _Timed(gate.business_check)
     try:
         for i, run_id in enumerate(run_ids):
@@ -343,8 +343,9 @@ def _runqueue(task: int | str, field: int = 1) -> float:
 
 
 class _Timed:
-    """Wraps the business check the decision runs (toolcalls/gate.py): the time its answer
-    from the external system (the sandbox) took, a part of the POST no code here can shorten."""
+    """Wraps the business check the decision runs (toolcalls/gate.py) and adds up its time:
+    mostly the external system's (the sandbox's) answer, which shares the cores with the bulk
+    work's requests to it."""
 
     def __init__(self, function: Any) -> None:
         self.function, self.ms = function, 0.0
