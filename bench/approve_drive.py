@@ -209,8 +209,8 @@ def clicks(
             # multipart parser in the POST (0.111 of 1.861 s in --profile, 31 POSTs).
             form = urlencode({"version": approval.version, "summary_hash": approval.summary_hash})
             backend = connection.connection.info.backend_pid
-            queued, backend_queued = _runqueue("thread-self"), _runqueue(backend)
-            backend_ran, check.ms = _runqueue(backend, 0), 0.0
+            queued, backend_queued = _schedstat("thread-self"), _schedstat(backend)
+            backend_ran, check.ms = _schedstat(backend, 0), 0.0
             started, cpu_started, waits = time.time(), time.thread_time(), _waits()
             queries = QueryCount()
             with connection.execute_wrapper(queries):
@@ -222,9 +222,9 @@ def clicks(
                 )
             posted, post_cpu = time.time(), time.thread_time() - cpu_started
             waits = _waits() - waits
-            queued = _runqueue("thread-self") - queued
-            backend_queued = _runqueue(backend) - backend_queued
-            backend_ran = _runqueue(backend, 0) - backend_ran
+            queued = _schedstat("thread-self") - queued
+            backend_queued = _schedstat(backend) - backend_queued
+            backend_ran = _schedstat(backend, 0) - backend_ran
             if response.status_code != 302:
                 raise RuntimeError(
                     f"approve {approval.pk}: {response.status_code} {response.content[-2000:]}"
@@ -331,7 +331,7 @@ def _waits() -> int:
     return 0
 
 
-def _runqueue(task: int | str, field: int = 1) -> float:
+def _schedstat(task: int | str, field: int = 1) -> float:
     """Milliseconds the task (a thread, or the PostgreSQL backend's process when the database
     runs on this host) has spent runnable but waiting for a core so far (`field` 0: running):
     /proc/<task>/schedstat. 0 where it cannot be read."""

@@ -12,7 +12,7 @@ import redis
 from django.conf import settings
 from django.db import connection
 
-from tests.helpers import ROOT, wait_for
+from tests.helpers import ROOT, children_of, wait_for
 
 
 def flush_broker() -> None:
@@ -87,10 +87,7 @@ class CeleryProcess:
 
     def children(self) -> list[int]:
         """Pids of the prefork pool's processes (where tasks run)."""
-        out = subprocess.run(
-            ["pgrep", "-P", str(self.process.pid)], capture_output=True, text=True
-        ).stdout
-        return [int(pid) for pid in out.split()]
+        return children_of(self.process.pid)
 
     def signal_pool(self, sig: int) -> None:
         for pid in self.children():

@@ -210,6 +210,12 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def children_of(pid: int) -> list[int]:
+    """Pids of the process's children (a Celery pool's processes, gunicorn's workers)."""
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
+    return [int(child) for child in out.split()]
+
+
 def wait_for(check: Callable[[], bool], timeout: float, what: str, interval: float = 0.2) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -14,22 +14,17 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.helpers import ROOT, free_port, wait_for
+from tests.helpers import ROOT, children_of, free_port, wait_for
 from tests.test_worker_nice import autogroup_nice, nice_of_every_thread
 
-pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
-
-
-def children_of(pid: int) -> list[int]:
-    found = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    return [int(child) for child in found]
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
 def start_gunicorn(tmp_path: Path):
     started: list[subprocess.Popen] = []
 
-    def start(**env: str) -> tuple[subprocess.Popen, int]:
+    def start(**env: str) -> subprocess.Popen:
         port = free_port()
         argv = [sys.executable, "-m", "gunicorn", "-c", "config/gunicorn.py", "config.wsgi"]
         argv += ["--bind", f"127.0.0.1:{port}", "--workers", "2"]
@@ -46,7 +41,7 @@ def start_gunicorn(tmp_path: Path):
         wait_for(
             lambda: _answers(url) and len(children_of(process.pid)) == 2, 30, "gunicorn's workers"
         )
-        return process, port
+        return process
 
     yield start
     for process in started:
@@ -63,7 +58,7 @@ def _answers(url: str) -> bool:
 
 def test_the_api_process_runs_its_master_and_workers_below_normal(start_gunicorn) -> None:
     base = os.nice(0)
-    master, _ = start_gunicorn(WEB_NICE="10")
+    master = start_gunicorn(WEB_NICE="10")
     for pid in [master.pid, *children_of(master.pid)]:
         assert nice_of_every_thread(pid) == {base + 10}
     # Its session's group too: under autogroup scheduling that is what ranks it.
@@ -72,7 +67,7 @@ def test_the_api_process_runs_its_master_and_workers_below_normal(start_gunicorn
 
 def test_the_console_process_runs_at_normal_priority(start_gunicorn) -> None:
     base = os.nice(0)
-    master, _ = start_gunicorn()
+    master = start_gunicorn()
     for pid in [master.pid, *children_of(master.pid)]:
         assert nice_of_every_thread(pid) == {base}
     assert autogroup_nice(master.pid) == 0
