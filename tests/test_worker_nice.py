@@ -32,9 +32,8 @@ def test_a_worker_with_worker_nice_runs_every_thread_and_child_at_it(start_celer
 
 def autogroup_nice(pid: int) -> int | None:
     """The nice value of the process's session group ("/autogroup-25 nice 10"). None for a
-    session that has no group of its own: one that began before autogroup did, such as PID 1's
-    in a container, whose processes (a CI runner's tests among them) share the root group and
-    the kernel prints nothing for them."""
+    session without a group of its own: PID 1's, which no setsid made. Its processes, such as a
+    CI runner's tests in a container, are in the root group, and the kernel prints nothing."""
     line = Path(f"/proc/{pid}/autogroup").read_text().split()
     return int(line[-1]) if line else None
 
