@@ -16,6 +16,7 @@ import dataclasses
 import http.server
 import json
 import os
+import signal
 import socket
 import subprocess
 import threading
@@ -249,6 +250,19 @@ def _pings(server: redis.Redis) -> bool:
         return bool(server.ping())
     except redis.exceptions.ConnectionError:
         return False
+
+
+def popen_as_from_a_terminal(argv: list[str], **kwargs: Any) -> subprocess.Popen:
+    """subprocess.Popen with SIGINT at its default in the child, as a terminal starts a
+    program, so that the test's SIGINT is a person's Ctrl-C. A suite started with SIGINT
+    ignored (a script's background job: a shell without job control starts `bin/test &` so)
+    would pass that on: an ignored signal stays ignored across exec, and the child would never
+    see it. A caught one is reset to its default there, so catching it for the fork is enough."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return subprocess.Popen(argv, **kwargs)
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def embedded_env(var_dir: Path) -> dict[str, str]:

@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.helpers import ROOT, embedded_env, free_port, wait_for
+from tests.helpers import ROOT, embedded_env, free_port, popen_as_from_a_terminal, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -19,7 +19,7 @@ def test_the_demo_serves_the_console_runs_the_agent_and_stops_on_ctrl_c(tmp_path
     port, sandbox_port = free_port(), free_port()
     log = tmp_path / "demo.log"
     with log.open("w") as out:
-        demo = subprocess.Popen(
+        demo = popen_as_from_a_terminal(
             [
                 sys.executable,
                 "manage.py",

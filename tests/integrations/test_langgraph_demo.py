@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.helpers import ROOT, embedded_env, free_port, wait_for
+from tests.helpers import ROOT, embedded_env, free_port, popen_as_from_a_terminal, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -43,7 +43,7 @@ def test_the_demo_runs_the_langgraph_agent_and_it_goes_on_after_the_approval(
     command += ["--port", str(port), "--sandbox-port", str(sandbox_port)]
     log = tmp_path / "demo.log"
     with log.open("w") as out:
-        demo = subprocess.Popen(
+        demo = popen_as_from_a_terminal(
             command, cwd=ROOT, env=embedded_env(tmp_path), stdout=out, stderr=subprocess.STDOUT
         )
     try:
