@@ -15,7 +15,7 @@ from runs import services as run_services
 from runs.models import Run, Tenant, User
 from runs.services import api_key_issue
 from tests.celery_processes import CeleryProcess, flush_broker, process_env
-from tests.helpers import ApiClient, WebhookReceiver, make_user
+from tests.helpers import ApiClient, WebhookReceiver, make_user, redis_shared
 from tests.sandbox_process import Sandbox
 
 
@@ -26,6 +26,25 @@ def pytest_configure(config: pytest.Config) -> None:
             "The test suite runs against PostgreSQL and Redis: run it with bin/test, or set "
             "DATABASE_URL=postgres://... and CELERY_BROKER_URL=redis://... yourself."
         )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """schemathesis's item for each API operation gets the test function's nodeid, without the
+    operation (tests/test_api_fuzz.py: 21 items, one nodeid; pytest 9 builds a function's id
+    from `originalname` and a callspec, and schemathesis passes no callspec). pytest-xdist hands
+    tests out by nodeid, so under bin/test one of them ran, and 20 fewer tests were reported
+    than collected. Each gets the id pytest gives a node from its name (nodes.Node.__init__)."""
+    for item in items:
+        if item.parent is not None and not item.nodeid.endswith(item.name):
+            item._id = item.parent.id.child(item.name)
+
+
+@pytest.fixture(autouse=True)
+def _redis_server_in_use() -> Iterator[None]:
+    """No test runs while another one has the shared Redis server down (helpers.redis_down).
+    Autouse, so it is set up before, and torn down after, the processes a test starts."""
+    with redis_shared(settings.CELERY_BROKER_URL):
+        yield
 
 
 # --- tenants and people ---------------------------------------------------------------------

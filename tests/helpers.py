@@ -13,18 +13,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import fcntl
 import http.server
 import json
 import os
 import signal
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import IO, Any, TypeVar
+from urllib.parse import urlsplit
 
 import pytest
 import redis
@@ -231,10 +234,36 @@ REDIS_SERVER = ["redis-server", "--daemonize", "yes", "--bind", "127.0.0.1", "--
 REDIS_SERVER += ["--save", "", "--appendonly", "no"]
 
 
+# bin/test runs the suite in two processes (pytest-xdist), each with its own Redis database
+# on the one server, and a second suite run on the same machine shares the server too. Every
+# test holds this lock shared while it runs (tests/conftest.py); redis_down holds it alone, so
+# that shutting the server down breaks no other test. flock: the kernel drops it if a process
+# dies.
+_redis_turn: IO[str] | None = None
+
+
+@contextlib.contextmanager
+def redis_shared(url: str) -> Iterator[None]:
+    """Hold the Redis server's lock shared for the block (a test, in tests/conftest.py)."""
+    global _redis_turn
+    path = Path(tempfile.gettempdir()) / f"countersign-tests-redis-{urlsplit(url).port}.lock"
+    with path.open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_SH)
+        _redis_turn = lock
+        try:
+            yield
+        finally:
+            _redis_turn = None
+
+
 @contextlib.contextmanager
 def redis_down(url: str) -> Iterator[None]:
     """Shut the Redis server at `url` down (keeping nothing, as it is run here), then start it
-    again the way bin/test and .ci/run do."""
+    again the way bin/test and .ci/run do. Waits until no other test is running first."""
+    assert _redis_turn is not None, "redis_down runs inside a test (tests/conftest.py)"
+    # flock turns the shared lock into the exclusive one by dropping it first, so two tests
+    # that both wait here do not wait for each other.
+    fcntl.flock(_redis_turn, fcntl.LOCK_EX)
     server = redis.Redis.from_url(url)
     with contextlib.suppress(redis.exceptions.ConnectionError):
         server.shutdown(nosave=True)  # it closes the connection as it goes
@@ -243,6 +272,7 @@ def redis_down(url: str) -> Iterator[None]:
     finally:
         subprocess.run(REDIS_SERVER, check=True)
         wait_for(lambda: _pings(server), 10, "Redis to start again")
+        fcntl.flock(_redis_turn, fcntl.LOCK_SH)
 
 
 def _pings(server: redis.Redis) -> bool:
