@@ -80,3 +80,10 @@ def test_a_function_over_60_lines_says_why(app: str) -> None:
             if length > MAX_FUNCTION_LINES and not explained:
                 unexplained.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} {length}")
     assert unexplained == []
+
+
+def test_every_collected_test_has_a_nodeid_of_its_own(request: pytest.FixtureRequest) -> None:
+    """pytest-xdist hands tests out by nodeid (bin/test): two tests with one id would run once
+    (tests/conftest.py pytest_collection_modifyitems, schemathesis's items)."""
+    ids = [item.nodeid for item in request.session.items]
+    assert [nodeid for nodeid in set(ids) if ids.count(nodeid) > 1] == []
