@@ -220,6 +220,23 @@ def children_of(pid: int) -> list[int]:
     return [int(child) for child in out.split()]
 
 
+def nice_of_every_thread(pid: int) -> set[int]:
+    """The nice value of each thread of the process (Linux keeps one per thread)."""
+    values = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        stat = (task / "stat").read_text()
+        values.add(int(stat[stat.rindex(")") + 2 :].split()[16]))  # field 19: nice
+    return values
+
+
+def autogroup_nice(pid: int) -> int | None:
+    """The nice value of the process's session group ("/autogroup-25 nice 10"). None for a
+    session without a group of its own: PID 1's, which no setsid made. Its processes, such as a
+    CI runner's tests in a container, are in the root group, and the kernel prints nothing."""
+    line = Path(f"/proc/{pid}/autogroup").read_text().split()
+    return int(line[-1]) if line else None
+
+
 def wait_for(check: Callable[[], bool], timeout: float, what: str, interval: float = 0.2) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

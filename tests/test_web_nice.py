@@ -14,8 +14,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.helpers import ROOT, children_of, free_port, wait_for
-from tests.test_worker_nice import autogroup_nice, nice_of_every_thread
+from tests.helpers import (
+    ROOT,
+    autogroup_nice,
+    children_of,
+    free_port,
+    nice_of_every_thread,
+    wait_for,
+)
 
 pytestmark = pytest.mark.slow
 

@@ -5,20 +5,12 @@ bench_approve measures the click). Real worker processes; the nice value is read
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
 
+from tests.helpers import autogroup_nice, nice_of_every_thread
+
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
-
-
-def nice_of_every_thread(pid: int) -> set[int]:
-    """The nice value of each thread of the process (Linux keeps one per thread)."""
-    values = set()
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        stat = (task / "stat").read_text()
-        values.add(int(stat[stat.rindex(")") + 2 :].split()[16]))  # field 19: nice
-    return values
 
 
 def test_a_worker_with_worker_nice_runs_every_thread_and_child_at_it(start_celery) -> None:
@@ -28,14 +20,6 @@ def test_a_worker_with_worker_nice_runs_every_thread_and_child_at_it(start_celer
     assert len(pids) == 2  # the main process and its pool's process (--concurrency 1)
     for pid in pids:
         assert nice_of_every_thread(pid) == {base + 10}
-
-
-def autogroup_nice(pid: int) -> int | None:
-    """The nice value of the process's session group ("/autogroup-25 nice 10"). None for a
-    session without a group of its own: PID 1's, which no setsid made. Its processes, such as a
-    CI runner's tests in a container, are in the root group, and the kernel prints nothing."""
-    line = Path(f"/proc/{pid}/autogroup").read_text().split()
-    return int(line[-1]) if line else None
 
 
 def test_a_worker_with_worker_nice_in_its_own_session_lowers_the_session_group(
