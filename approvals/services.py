@@ -202,7 +202,8 @@ def approval_record_decision(
     # and the count of approvers, and inserts this one unless its person decided already
     # (the approve POST is on the approver's clock). When the transaction holds the run's lock
     # (the decisions lock it with the approval), it also answers whether another approval of
-    # the run is pending, which the run's resume asks next (kept as `others_pending_in_run`).
+    # the run is pending, which the run's resume asks next (kept as `others_pending_in_run`),
+    # and reads the run's chain head for the decision's events.
     run_held = events.batch_holds_run(approval.run_id)
     recorded = sql.record_decision(
         ApprovalDecision(
@@ -228,6 +229,14 @@ def approval_record_decision(
         if decided != ApprovalDecision.Kind.REJECT
     )
     approval.others_pending_in_run = recorded.others_pending
+    if recorded.head is not None:
+        # Read after the run's lock, with the decision: the events below need no read of it.
+        events.batch_knows_head(
+            approval.run_id,
+            recorded.head.last,
+            [],
+            {approval.tool_call_id: recorded.head.last_of_call},
+        )
     events.append(
         run=approval.run,
         event_type="approval.decision_recorded",

@@ -109,14 +109,26 @@ def decisions_so_far(approval_id: str) -> list[tuple[int, str]]:
 # the run changes state while the lock is held (each change appends an event, which locks the
 # run), so it answers what a read at the resume would. This approval itself is left out: its
 # own decision changes its state later in the transaction.
+#
+# And, for the same reason, the run's chain head with the id of the call's last event (a row
+# of kind 3, none when the run has no event yet): what runs/sql.py lock_and_read_head(held=
+# True) read in a statement of its own for the decision's events (its _READ, written here as a
+# branch), one round trip more on the approver's clock.
+_NULLS = "NULL, NULL, NULL, NULL, NULL"
 _RECORD = (
     "WITH earlier AS (SELECT user_id, decision, created_at, id FROM approvals_approvaldecision"
     " WHERE approval_id = %s), added AS (INSERT INTO {table} ({columns}) SELECT {values}"
     " WHERE NOT EXISTS (SELECT 1 FROM earlier WHERE user_id = %s) RETURNING {pk})"
-    " SELECT 0, created_at, id, user_id, decision FROM earlier"
-    " UNION ALL SELECT 1, NULL, {pk}, NULL, NULL FROM added"
-    " UNION ALL SELECT 2, NULL, NULL, NULL, NULL WHERE EXISTS (SELECT 1 FROM approvals_approval p"
-    " WHERE p.run_id = %s AND p.state = 'pending' AND p.id <> %s) ORDER BY 1, 2, 3"
+    # Typed in the first branch: the others' NULLs take its types.
+    " SELECT 0, created_at, id, user_id, decision, NULL::varchar, NULL::integer, NULL::varchar,"
+    " NULL::varchar, NULL::varchar FROM earlier"
+    f" UNION ALL SELECT 1, NULL, {{pk}}, NULL, NULL, {_NULLS} FROM added"
+    f" UNION ALL SELECT 2, NULL, NULL, NULL, NULL, {_NULLS} WHERE EXISTS (SELECT 1"
+    " FROM approvals_approval p WHERE p.run_id = %s AND p.state = 'pending' AND p.id <> %s)"
+    " UNION ALL SELECT 3, NULL, NULL, NULL, NULL, h.id, h.seq, h.hash, h.tool_call_id,"
+    " (SELECT c.id FROM runs_event c WHERE c.tool_call_id = %s ORDER BY c.seq DESC LIMIT 1)"
+    " FROM (SELECT id, seq, hash, tool_call_id FROM runs_event WHERE run_id = %s"
+    " ORDER BY seq DESC LIMIT 1) h ORDER BY 1, 2, 3"
 )
 _RECORD_MADE: dict[Any, tuple[str, list[int]]] = {}
 
@@ -126,20 +138,30 @@ def record_decision(decision: Any, run_id: str = "") -> Recorded | None:
     first; and `decision` saved (a new ApprovalDecision: its row inserted, `created_at` set, `id`
     the row's), unless its person has a decision there already: then None, nothing written.
     With `run_id` (the approval's run, locked by this transaction already), on PostgreSQL,
-    also whether another approval of the run is pending (None otherwise: not asked)."""
+    also whether another approval of the run is pending, and the run's chain head with the
+    last event of the approval's call (both None otherwise: not asked)."""
     conn = connections[DEFAULT_DB_ALIAS]
     if conn.vendor != "postgresql":
         earlier = decisions_so_far(decision.approval_id)
         if any(user_id == decision.user_id for user_id, _ in earlier):
             return None
         decision.save(force_insert=True)
-        return Recorded(earlier, None)
+        return Recorded(earlier, None, None)
     plan = dbvalues.plan(type(decision), conn)
     statement, indexes = _RECORD_MADE.get(plan.model) or _record_statement(plan)
     params = [decision.approval_id, *plan.params(decision, indexes, True), decision.user_id]
+    # NULL matches no row: without the run, neither question is asked.
+    asked = run_id or None
+    call_id = decision.approval.tool_call_id if run_id else None
     with conn.cursor() as cursor:
-        cursor.execute(statement, [*params, run_id or None, decision.approval_id])
+        cursor.execute(statement, [*params, asked, decision.approval_id, call_id, asked])
         rows = cursor.fetchall()
+    head: Head | None = Head(None, "") if run_id else None
+    if rows and rows[-1][0] == 3:
+        last = rows.pop()
+        head = Head(
+            dict(zip(("id", "seq", "hash", "tool_call_id"), last[5:9], strict=True)), last[9] or ""
+        )
     others_pending = bool(rows) and rows[-1][0] == 2
     if others_pending:
         rows.pop()
@@ -147,13 +169,22 @@ def record_decision(decision: Any, run_id: str = "") -> Recorded | None:
         return None
     decision.pk = rows[-1][2]
     decision._state.adding, decision._state.db = False, conn.alias
-    earlier = [(user_id, kind) for _, _, _, user_id, kind in rows[:-1]]
-    return Recorded(earlier, others_pending if run_id else None)
+    earlier = [(user_id, kind) for _, _, _, user_id, kind, *_ in rows[:-1]]
+    return Recorded(earlier, others_pending if run_id else None, head)
+
+
+class Head(NamedTuple):
+    """What runs/sql.py lock_and_read_head answers: the run's last event (id, seq, hash,
+    tool_call_id; None when it has none) and the id of the call's last event ('' when none)."""
+
+    last: dict[str, Any] | None
+    last_of_call: str
 
 
 class Recorded(NamedTuple):
     earlier: list[tuple[int, str]]  # (user id, decision) of the decisions before, oldest first
     others_pending: bool | None  # another approval of the run pending (None: not asked)
+    head: Head | None  # the run's chain head, read after its lock (None: not asked)
 
 
 def _record_statement(plan: dbvalues.Plan) -> tuple[str, list[int]]:

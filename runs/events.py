@@ -369,17 +369,25 @@ def batch(calls: dict[str, str] | None = None, *, held: Collection[str] = ()) ->
         _local.batch = None
 
 
-def batch_knows_head(run_id: str, last: dict[str, Any] | None, new_calls: list[str]) -> None:
+def batch_knows_head(
+    run_id: str,
+    last: dict[str, Any] | None,
+    new_calls: list[str],
+    last_of_calls: dict[str, str] | None = None,
+) -> None:
     """Inside a batch, from a caller that locked the run in this transaction and read its last
     event after the lock (`last`: id, seq, hash; None when it has none), in the same
-    statement as other reads it needed (toolcalls/sql.py, run_tally): the batch takes that
-    head instead of locking and reading again. `new_calls` were created in this transaction
-    and have no event yet. Outside a batch, or once the batch holds the run, nothing changes."""
+    statement as other reads it needed (toolcalls/sql.py run_tally, approvals/sql.py
+    record_decision): the batch takes that head instead of locking and reading again.
+    `new_calls` were created in this transaction and have no event yet; `last_of_calls` (call
+    id -> the id of its last event, '' when none) were read with the head. Outside a batch,
+    or once the batch holds the run, nothing changes."""
     current = _batch_here()
     if current is None or run_id in current.heads:
         return
     current.heads[run_id] = last
     current.last_of_call.update(dict.fromkeys(new_calls, ""))
+    current.last_of_call.update(last_of_calls or {})
 
 
 def batch_take_pending(conn: Any = None) -> list[Event]:

@@ -1,10 +1,12 @@
-"""Two of the approve POST's round trips saved (issue 12: an approver's click). The decisions so far
-and the decision's INSERT are one statement (approvals/sql.py record_decision), which writes the
+"""Three of the approve POST's round trips saved (issue 12: an approver's click). The decisions so
+far and the decision's INSERT are one statement (approvals/sql.py record_decision), which writes the
 row the ORM's `create` wrote, and which answers "another approval of the run still pending?" for
 the decision's resume when the run is locked already (the decision's lock statement took it);
 otherwise the run's resume asks "any approval still pending?" in the statement that locks the
 run, only when the transaction holds the run's lock already (its events' batch took it), and
-asks it after the lock, a statement apart, otherwise (toolcalls/lifecycle.py)."""
+asks it after the lock, a statement apart, otherwise (toolcalls/lifecycle.py). With the run
+named, the same statement reads the run's chain head, as runs/sql.py lock_and_read_head did
+for the decision's events in a statement of its own."""
 
 from __future__ import annotations
 
@@ -17,8 +19,10 @@ from django.test.utils import CaptureQueriesContext
 from approvals import sql as approvals_sql
 from approvals.models import Approval, ApprovalDecision
 from runs import events
+from runs import sql as runs_sql
+from runs.events import verify_chain
 from runs.models import Event, Run, User
-from tests.helpers import BIG_REFUND, propose_in
+from tests.helpers import BIG_REFUND, decide, logged_in, propose_in
 from tests.sandbox_process import Sandbox
 from toolcalls import lifecycle, sql_decision
 from toolcalls import sql as toolcalls_sql
@@ -72,7 +76,7 @@ def test_the_first_decision_finds_none_before_it_and_stores_null_without_an_edit
     written = ApprovalDecision(
         approval=waiting, user=approver, decision="approve", summary_hash=waiting.summary_hash
     )
-    assert approvals_sql.record_decision(written) == ([], None)
+    assert approvals_sql.record_decision(written) == ([], None, None)
     assert ApprovalDecision.objects.filter(
         pk=written.pk, edit_diff__isnull=True, reason=""
     ).exists()
@@ -157,9 +161,63 @@ def test_the_decision_also_answers_whether_another_approval_of_its_run_is_pendin
         assert len(queries) == 1
         return recorded
 
-    assert record(approver) == ([], True)  # `other` is pending
+    assert record(approver)[:2] == ([], True)  # `other` is pending
     Approval.objects.filter(pk=other.pk).update(state="rejected")
     # Only `waiting` itself is pending now, and it is not counted.
-    assert record(bob) == ([(approver.pk, "approve")], False)
+    assert record(bob)[:2] == ([(approver.pk, "approve")], False)
     Approval.objects.filter(pk=waiting.pk).update(state="approved")
     assert toolcalls_sql.approval_pending_in_run(run.pk) is False
+
+
+def test_the_decision_reads_the_runs_chain_head_as_the_heads_own_statement_did(
+    run: Run, waiting: Approval, approver: User
+) -> None:
+    call_id = waiting.tool_call_id
+    # Another call's event after this call's last: the run's head and the call's last differ.
+    other = propose_in(run, {**BIG_REFUND, "order_id": "order-002"})
+    assert Event.objects.filter(run=run).order_by("-seq").first().tool_call_id == other.pk
+    with transaction.atomic():
+        toolcalls_sql.lock_run(tenant_id=None, run_id=run.pk)
+        expected = runs_sql.lock_and_read_head(run.pk, call_id, held=True)
+        decision = ApprovalDecision(
+            approval=waiting, user=approver, decision="approve", summary_hash=waiting.summary_hash
+        )
+        recorded = approvals_sql.record_decision(decision, run_id=run.pk)
+    assert recorded.head == expected
+    assert recorded.head.last["seq"] == Event.objects.filter(run=run).count()
+    assert (
+        recorded.head.last_of_call
+        == (
+            Event.objects.filter(tool_call_id=call_id)
+            .order_by("-seq")
+            .values_list("id", flat=True)[0]
+        )
+    )
+    # Not asked without the run.
+    again = ApprovalDecision(
+        approval=waiting, user=approver, decision="approve", summary_hash=waiting.summary_hash
+    )
+    assert approvals_sql.record_decision(again) is None  # decided already: nothing read back
+
+
+def test_the_decisions_events_take_the_head_it_read_and_chain_as_before(
+    waiting: Approval, approver: User
+) -> None:
+    """The approve POST's transaction, its statements captured: the chain head is read in the
+    decision's statement and in no statement of its own, and the events link up."""
+    client = logged_in(approver)
+    with CaptureQueriesContext(connection) as queries:
+        response = decide(client, waiting, "approve")
+    assert response.status_code == 302
+    head_reads = [
+        q["sql"] for q in queries.captured_queries if "FROM runs_event WHERE run_id" in q["sql"]
+    ]
+    assert len(head_reads) == 1 and "approvals_approvaldecision" in head_reads[0]
+    stored = list(Event.objects.filter(run_id=waiting.run_id).order_by("seq"))
+    assert verify_chain(stored) == []
+    assert [e.event_type for e in stored[-4:]] == [
+        "approval.decision_recorded",
+        "approval.approved",
+        "tool_call.authorized",
+        "run.resumed",
+    ]

@@ -24,15 +24,14 @@ from toolcalls.models import Webhook
 # check's read of the object's other calls, before any lock, in one statement (1:
 # toolcalls/sql_decision.py, decision_read; two queries before); SAVEPOINT, the approval, the
 # call and the run locked with whether a webhook wants the decision, in one statement (2:
-# lock_for_decision; four queries before); the decisions so far with the new one's INSERT and
-# "another approval of the run still pending?" (1: approvals/sql.py record_decision; three
-# before); the run's chain head (1: its lock is held, so the events' batch only reads it; two
-# before); the approval's and the call's UPDATE, the dispatch's outbox message (3); the run's
-# UPDATE (1: the run as the lock loaded it, and the pending question answered already: two
-# queries before the s16 round, one until s18); the four events in one INSERT (1); the
-# decision counted in the approval latency counts, a projection the dashboard reads (1);
-# RELEASE SAVEPOINT (1).
-APPROVE_QUERIES = 14
+# lock_for_decision; four queries before); the decisions so far with the new one's INSERT,
+# "another approval of the run still pending?" and the run's chain head (1: approvals/sql.py
+# record_decision; five before, the head a statement of its own until s27); the approval's and
+# the call's UPDATE, the dispatch's outbox message (3); the run's UPDATE (1: the run as the
+# lock loaded it, and the pending question answered already: two queries before the s16
+# round, one until s18); the four events in one INSERT (1); the decision counted in the
+# approval latency counts, a projection the dashboard reads (1); RELEASE SAVEPOINT (1).
+APPROVE_QUERIES = 13
 
 
 def click(client: Client, approval: Approval, action: str, **fields: Any) -> int:
@@ -81,14 +80,14 @@ def test_the_first_of_two_approvers_costs_fewer(run: Run, sandbox: Sandbox, appr
     call = propose_in(run, {**BIG_REFUND, "amount_cents": 120_000})
     approval = Approval.objects.get(tool_call=call)
     # No approval, authorization nor resume: the decision, its event and the version saved.
-    assert click(logged_in(approver), approval, "approve") == 10
+    assert click(logged_in(approver), approval, "approve") == 9
     approval.refresh_from_db()
     assert (approval.state, approval.version, approval.approvals_so_far) == ("pending", 2, 1)
 
 
 def test_a_reject_costs_its_fixed_queries(waiting: Approval, approver: User) -> None:
     # As an approve that reaches quorum, less the authorization's writes.
-    assert click(logged_in(approver), waiting, "reject", reason="not eligible") == 13
+    assert click(logged_in(approver), waiting, "reject", reason="not eligible") == 12
     waiting.refresh_from_db()
     assert waiting.state == "rejected"
 
@@ -110,7 +109,7 @@ def statements_of(client: Client, approval: Approval, action: str, **fields: Any
 def test_the_decisions_writes_go_to_the_database_in_one_round_trip(
     waiting: Approval, approver: User
 ) -> None:
-    # After the reads (the lock, the decisions so far, the run's chain head), the approval's
+    # After the reads (the lock; the decisions so far with the run's chain head), the approval's
     # UPDATE, the latency count, the call's UPDATE, the dispatch's outbox message, the run's
     # UPDATE and the four events are sent together: one wait for the server, not six
     # (runs/pipeline.py). Every statement is still run, in the order the code wrote it.
