@@ -229,14 +229,9 @@ def approval_record_decision(
         if decided != ApprovalDecision.Kind.REJECT
     )
     approval.others_pending_in_run = recorded.others_pending
-    if recorded.head is not None:
-        # Read after the run's lock, with the decision: the events below need no read of it.
-        events.batch_knows_head(
-            approval.run_id,
-            recorded.head.last,
-            [],
-            {approval.tool_call_id: recorded.head.last_of_call},
-        )
+    if recorded.head is not None:  # read after the run's lock: the events need no read of it
+        last_of_call = {approval.tool_call_id: recorded.head.last_of_call}
+        events.batch_knows_head(approval.run_id, recorded.head.last, [], last_of_call)
     events.append(
         run=approval.run,
         event_type="approval.decision_recorded",
