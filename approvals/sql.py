@@ -12,6 +12,7 @@ from django.db import DEFAULT_DB_ALIAS, connection, connections
 
 from approvals.models import Approval
 from runs import dbvalues
+from runs.sql import HEAD_FIELDS
 
 _NEWEST = (
     "SELECT id FROM approvals_policy WHERE tenant_id = %s AND capability_id = %s"
@@ -159,9 +160,7 @@ def record_decision(decision: Any, run_id: str = "") -> Recorded | None:
     head: Head | None = Head(None, "") if run_id else None
     if rows and rows[-1][0] == 3:
         last = rows.pop()
-        head = Head(
-            dict(zip(("id", "seq", "hash", "tool_call_id"), last[5:9], strict=True)), last[9] or ""
-        )
+        head = Head(dict(zip(HEAD_FIELDS, last[5:9], strict=True)), last[9] or "")
     others_pending = bool(rows) and rows[-1][0] == 2
     if others_pending:
         rows.pop()

@@ -25,6 +25,8 @@ _READ = (
     " FROM runs_event WHERE run_id = %s ORDER BY seq DESC LIMIT 1"
 )
 _LAST_OF_CALL = "SELECT id FROM runs_event WHERE tool_call_id = %s ORDER BY seq DESC LIMIT 1"
+# The columns of a chain head as the events' batch keeps it (approvals/sql.py reads one too).
+HEAD_FIELDS = ("id", "seq", "hash", "tool_call_id")
 
 
 def lock_and_read_head(
@@ -48,7 +50,7 @@ def lock_and_read_head(
     row = cursor.fetchone()
     if row is None:
         return None, ""
-    return dict(zip(("id", "seq", "hash", "tool_call_id"), row[:4], strict=True)), row[4] or ""
+    return dict(zip(HEAD_FIELDS, row[:4], strict=True)), row[4] or ""
 
 
 # A batch's runs (those from the one it first writes about on, in the database's order of
@@ -78,9 +80,9 @@ def lock_and_read_heads(run_ids: list[str], first: str) -> dict[str, dict[str, A
     cursor = cursor_for(conn, _HEADS)
     cursor.execute(_HEADS, [id_array(locked)])
     rows = cursor.fetchall()
-    fields = ("id", "seq", "hash", "tool_call_id")
     return {
-        row[0]: None if row[1] is None else dict(zip(fields, row[1:], strict=True)) for row in rows
+        row[0]: None if row[1] is None else dict(zip(HEAD_FIELDS, row[1:], strict=True))
+        for row in rows
     }
 
 
