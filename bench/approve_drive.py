@@ -23,7 +23,7 @@ from urllib.parse import urlencode
 import redis
 from django.conf import settings
 from django.contrib.messages.storage.cookie import CookieStorage
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.test import Client
 
 from bench.driver import ACTOR, CAPABILITY, FIRST_ORDER, TENANT, Monitor, percentile
@@ -180,6 +180,7 @@ def clicks(
     samples: list[dict[str, Any]] = []
     # This process only: the decision's business check, timed (the slow clicks' report).
     gate.business_check = check = _Timed(gate.business_check)
+    commit = CommitTimer(connections[DEFAULT_DB_ALIAS])
     try:
         for i, run_id in enumerate(run_ids):
             if i == warmup:  # the web process freezes what it loaded (config/wsgi.py)
@@ -210,7 +211,7 @@ def clicks(
             form = urlencode({"version": approval.version, "summary_hash": approval.summary_hash})
             backend = connection.connection.info.backend_pid
             queued, backend_queued = _schedstat("thread-self"), _schedstat(backend)
-            backend_ran, check.ms = _schedstat(backend, 0), 0.0
+            backend_ran, check.ms, commit.ms = _schedstat(backend, 0), 0.0, 0.0
             started, cpu_started, waits = time.time(), time.thread_time(), _waits()
             queries = QueryCount()
             with connection.execute_wrapper(queries):
@@ -256,6 +257,7 @@ def clicks(
                     "post_backend_runqueue_ms": backend_queued,
                     "post_backend_ran_ms": backend_ran,
                     "post_check_ms": check.ms,
+                    "post_commit_ms": commit.ms,
                     "dispatching_ms": (dispatching - started) * 1000 if dispatching else None,
                     "hop_ms": (dispatching - float(authorized)) * 1000 if dispatching else None,
                     "backlog": backlog,
@@ -279,6 +281,7 @@ def clicks(
             [first, last, [s["call"] for s in samples]],
         )[0][0]
     finally:
+        commit.remove()
         monitor.close()
     reached = [s["dispatching_ms"] for s in samples if s["dispatching_ms"] is not None]
     # A click whose call did not reach dispatching within the timeout counts as infinitely slow:
@@ -294,6 +297,9 @@ def clicks(
         "dispatching": {f"p{q}": percentile(waits, q) for q in (50, 95, 99)} | {"max": max(waits)},
         "post": {f"p{q}": percentile(posts, q) for q in (50, 95, 99)},
         "post_cpu": {f"p{q}": percentile([s["post_cpu_ms"] for s in samples], q) for q in (50, 99)},
+        "post_commit": {
+            f"p{q}": percentile([s["post_commit_ms"] for s in samples], q) for q in (50, 99)
+        },
         "post_waits": {
             f"p{q}": percentile([s["post_waits"] for s in samples], q) for q in (50, 99)
         },
@@ -356,6 +362,29 @@ class _Timed:
             return self.function(*args, **kwargs)
         finally:
             self.ms += (time.perf_counter() - started) * 1000
+
+
+class CommitTimer:
+    """Times the COMMITs a connection sends (Django's `_commit`, which the outermost atomic
+    block's exit calls). With `synchronous_commit` on, each waits for the WAL's flush to disk:
+    a disk whose flushes stall now and then (pgbench here: 20-150 ms, several times a minute;
+    docs/performance.md) shows in this figure, not in the CPU or the waits for a core."""
+
+    def __init__(self, wrapper: Any) -> None:
+        self.ms, self.count = 0.0, 0
+        self._wrapper, self._commit = wrapper, wrapper._commit
+        wrapper._commit = self  # an instance attribute: the wrapper's own commit() calls it
+
+    def __call__(self) -> Any:
+        started = time.perf_counter()
+        try:
+            return self._commit()
+        finally:
+            self.ms += (time.perf_counter() - started) * 1000
+            self.count += 1
+
+    def remove(self) -> None:
+        del self._wrapper._commit
 
 
 class QueryCount:

@@ -5,13 +5,14 @@ benchmark's autocommit, CaptureQueriesContext also counts the decision's BEGIN a
 
 from __future__ import annotations
 
+import pytest
 from django.contrib.messages.storage.cookie import CookieStorage
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 from django.test.utils import CaptureQueriesContext
 
 from approvals.models import Approval
-from bench.approve_drive import QueryCount
-from runs.models import Run, User
+from bench.approve_drive import CommitTimer, QueryCount
+from runs.models import Run, Tenant, User
 from tests.helpers import BIG_REFUND, decide, logged_in, propose_in
 from tests.sandbox_process import Sandbox
 
@@ -47,3 +48,26 @@ def test_the_posts_flash_is_in_the_cookie_the_benchmark_drops_after_each_click(
     assert len(client.cookies[CookieStorage.cookie_name].value) == one_flash
     second.refresh_from_db()
     assert second.state == "approved"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_commit_timer_times_each_commit_and_leaves_the_connection_as_it_was() -> None:
+    """bench_approve's per-click COMMIT time is what Django's outermost atomic block sends:
+    one per transaction, none for a savepoint's release, and the connection's own method is
+    back once the timer is removed."""
+    wrapper = connections[DEFAULT_DB_ALIAS]
+    timer = CommitTimer(wrapper)
+    try:
+        with transaction.atomic():
+            Tenant.objects.create(slug="timed", name="Timed")
+            with transaction.atomic():  # a savepoint: released, not committed
+                Tenant.objects.filter(slug="timed").update(name="Timed again")
+        assert timer.count == 1 and timer.ms > 0
+        Tenant.objects.filter(slug="timed").update(name="Autocommitted")  # no COMMIT sent
+        assert timer.count == 1
+    finally:
+        timer.remove()
+    assert "_commit" not in vars(wrapper)
+    with transaction.atomic():
+        Tenant.objects.create(slug="untimed", name="Untimed")
+    assert timer.count == 1

@@ -353,7 +353,8 @@ class Bench:
             "(the last click; not counting the transaction's BEGIN and COMMIT, which "
             "CaptureQueriesContext counted: 2 more); the clicking thread's waits (voluntary "
             f"context switches) per POST: p50 {r['post_waits']['p50']:.0f}, "
-            f"p99 {r['post_waits']['p99']:.0f}"
+            f"p99 {r['post_waits']['p99']:.0f}; its COMMIT (waits for the WAL's flush to "
+            f"disk): p50 {r['post_commit']['p50']:.1f} ms, p99 {r['post_commit']['p99']:.1f} ms"
         )
         h = r["hop"]
         self.say(
@@ -374,7 +375,8 @@ class Bench:
                 f"{s['post_runqueue_ms']:.1f} ms; its database backend ran "
                 f"{s['post_backend_ran_ms']:.1f} ms, waited for a core "
                 f"{s['post_backend_runqueue_ms']:.1f} ms; the business check at the sandbox "
-                f"{s['post_check_ms']:.1f} ms), authorized -> task "
+                f"{s['post_check_ms']:.1f} ms; its COMMIT {s['post_commit_ms']:.1f} ms), "
+                f"authorized -> task "
                 f"start {_ms(s['receive_ms'])} ms, the claim {_ms(s['claim_ms'])} ms"
             )
         if load is not None:
