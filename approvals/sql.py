@@ -12,7 +12,7 @@ from django.db import DEFAULT_DB_ALIAS, connection, connections
 
 from approvals.models import Approval
 from runs import dbvalues
-from runs.sql import HEAD_FIELDS
+from runs.sql import HEAD_FIELDS, READ_HEAD
 
 _NEWEST = (
     "SELECT id FROM approvals_policy WHERE tenant_id = %s AND capability_id = %s"
@@ -112,9 +112,9 @@ def decisions_so_far(approval_id: str) -> list[tuple[int, str]]:
 # own decision changes its state later in the transaction.
 #
 # And, for the same reason, the run's chain head with the id of the call's last event (a row
-# of kind 3, none when the run has no event yet): what runs/sql.py lock_and_read_head(held=
-# True) read in a statement of its own for the decision's events (its _READ, written here as a
-# branch), one round trip more on the approver's clock.
+# of kind 3, none when the run has no event yet): runs/sql.py READ_HEAD, which
+# lock_and_read_head(held=True) sends as a statement of its own for the decision's events,
+# here as a branch: one round trip fewer on the approver's clock.
 _NULLS = "NULL, NULL, NULL, NULL, NULL"
 _RECORD = (
     "WITH earlier AS (SELECT user_id, decision, created_at, id FROM approvals_approvaldecision"
@@ -126,10 +126,7 @@ _RECORD = (
     f" UNION ALL SELECT 1, NULL, {{pk}}, NULL, NULL, {_NULLS} FROM added"
     f" UNION ALL SELECT 2, NULL, NULL, NULL, NULL, {_NULLS} WHERE EXISTS (SELECT 1"
     " FROM approvals_approval p WHERE p.run_id = %s AND p.state = 'pending' AND p.id <> %s)"
-    " UNION ALL SELECT 3, NULL, NULL, NULL, NULL, h.id, h.seq, h.hash, h.tool_call_id,"
-    " (SELECT c.id FROM runs_event c WHERE c.tool_call_id = %s ORDER BY c.seq DESC LIMIT 1)"
-    " FROM (SELECT id, seq, hash, tool_call_id FROM runs_event WHERE run_id = %s"
-    " ORDER BY seq DESC LIMIT 1) h ORDER BY 1, 2, 3"
+    f" UNION ALL SELECT 3, NULL, NULL, NULL, NULL, h.* FROM ({READ_HEAD}) h ORDER BY 1, 2, 3"
 )
 _RECORD_MADE: dict[Any, tuple[str, list[int]]] = {}
 

@@ -354,7 +354,7 @@ class _Timed:
     work's requests to it."""
 
     def __init__(self, function: Any) -> None:
-        self.function, self.ms = function, 0.0
+        self.function, self.ms, self.count = function, 0.0, 0
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         started = time.perf_counter()
@@ -362,9 +362,10 @@ class _Timed:
             return self.function(*args, **kwargs)
         finally:
             self.ms += (time.perf_counter() - started) * 1000
+            self.count += 1
 
 
-class CommitTimer:
+class CommitTimer(_Timed):
     """Times the COMMITs a connection sends (Django's `_commit`, which the outermost atomic
     block's exit calls). With `synchronous_commit` on, each waits for the WAL's flush to disk:
     a disk whose flushes stall now and then (pgbench's one-row commits here: up to 150 ms, and
@@ -372,17 +373,9 @@ class CommitTimer:
     waits for a core."""
 
     def __init__(self, wrapper: Any) -> None:
-        self.ms, self.count = 0.0, 0
-        self._wrapper, self._commit = wrapper, wrapper._commit
+        super().__init__(wrapper._commit)
+        self._wrapper = wrapper
         wrapper._commit = self  # an instance attribute: the wrapper's own commit() calls it
-
-    def __call__(self) -> Any:
-        started = time.perf_counter()
-        try:
-            return self._commit()
-        finally:
-            self.ms += (time.perf_counter() - started) * 1000
-            self.count += 1
 
     def remove(self) -> None:
         del self._wrapper._commit

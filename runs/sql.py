@@ -18,8 +18,9 @@ from runs.lookups import id_array
 from runs.models import ApiKey, Event, Run, Tenant, User
 
 # The run's last event, and the id of the tool call's last event, in one statement (none
-# when the run has no event yet).
-_READ = (
+# when the run has no event yet); parameters: the call's id, the run's. approvals/sql.py's
+# decision reads it as a branch of its own statement.
+READ_HEAD = (
     "SELECT id, seq, hash, tool_call_id, (SELECT c.id FROM runs_event c"
     " WHERE c.tool_call_id = %s ORDER BY c.seq DESC LIMIT 1)"
     " FROM runs_event WHERE run_id = %s ORDER BY seq DESC LIMIT 1"
@@ -46,7 +47,7 @@ def lock_and_read_head(
         if cursor.fetchone() is None:
             raise Run.DoesNotExist(run_id)
     # NULL matches no row: run-level events have no previous event of a call.
-    cursor.execute(_READ, [tool_call_id or None, run_id])
+    cursor.execute(READ_HEAD, [tool_call_id or None, run_id])
     row = cursor.fetchone()
     if row is None:
         return None, ""
