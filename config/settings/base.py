@@ -338,10 +338,10 @@ TOOLCALL_TIMEOUT_OVERRIDE = float(os.environ.get("TOOLCALL_TIMEOUT_OVERRIDE", "0
 CIRCUIT_OPEN_SECONDS = float(os.environ.get("CIRCUIT_OPEN_SECONDS", "30"))
 # Extra time past a call's own timeout before the sweeper deems its worker gone.
 LEASE_MARGIN_SECONDS = float(os.environ.get("LEASE_MARGIN_SECONDS", "10"))
-# Batched dispatch (toolcalls/dispatch_batch.py): how many ready calls one dispatcher task
-# claims in one transaction (the outbox drainer leases this many `toolcalls.dispatch` rows),
-# and how many requests of a batch are in flight at once (threads per worker process).
-DISPATCH_BATCH_SIZE = int(os.environ.get("DISPATCH_BATCH_SIZE", "50"))
+# Batched dispatch (toolcalls/dispatch_batch.py; a batch is the `toolcalls.dispatch` rows one
+# outbox lease holds, OUTBOX_DRAIN_BATCH below): how many requests of a batch are in flight at
+# once (threads per worker process). Enough for the rate times the external system's answer
+# time; a thread more is one more that waits for the cores when answers come fast.
 DISPATCH_SEND_THREADS = int(os.environ.get("DISPATCH_SEND_THREADS", "16"))
 # An outbox message still undone this long after it was due is published again.
 OUTBOX_REPUBLISH_AFTER_SECONDS = float(os.environ.get("OUTBOX_REPUBLISH_AFTER_SECONDS", "30"))

@@ -89,7 +89,22 @@ class Command(BaseCommand):
         )
         parser.add_argument("--workers", type=int, default=2)
         parser.add_argument("--pool", default="threads", choices=["threads", "prefork", "solo"])
-        parser.add_argument("--concurrency", type=int, default=8)
+        parser.add_argument(
+            "--concurrency",
+            type=int,
+            default=1,
+            help="task threads (or processes) per worker process, each taking one batch of "
+            "calls at a time",
+        )
+        parser.add_argument(
+            "--send-threads",
+            type=int,
+            default=2,
+            help="the workers' DISPATCH_SEND_THREADS: a batch's requests in flight at once, per "
+            "worker process (the product's default: 16). The sandbox answers in about a "
+            "millisecond: 2 carry the bulk rate, and more only wait for the cores, in the "
+            "workers and in the sandbox (docs/performance.md, the eleventh round)",
+        )
         parser.add_argument(
             "--interactive-workers",
             type=int,
@@ -112,8 +127,8 @@ class Command(BaseCommand):
         if options["inner"]:
             self._inner(options)
             return
-        if options["clicks"] < 1:
-            raise CommandError("--clicks must be at least 1.")
+        if min(options[k] for k in ("clicks", "concurrency", "send_threads")) < 1:
+            raise CommandError("--clicks, --concurrency and --send-threads must be at least 1.")
         if options["load"] == "dispatch" and options["load_calls"] < options["backlog"] + 100:
             raise CommandError("--load-calls must exceed --backlog by at least 100.")
         database_url, broker_url = OWNER.check_environment()
@@ -156,6 +171,7 @@ class Bench:
         env = {k: v for k, v in os.environ.items() if k != "COUNTERSIGN_CONNECTORS_FILE"}
         env.update(
             DATABASE_URL=self.url,
+            DISPATCH_SEND_THREADS=str(self.options["send_threads"]),
             CELERY_BROKER_URL=self.broker,
             DJANGO_SETTINGS_MODULE="config.settings.base",
             DJANGO_DEBUG="0",
@@ -327,7 +343,8 @@ class Bench:
         self.say("== bench_approve =========================================================")
         self.say(
             f"  {opts['workers']} workers x --pool {opts['pool']} --concurrency "
-            f"{opts['concurrency']} (WORKER_NICE {opts['bulk_nice']}"
+            f"{opts['concurrency']}, DISPATCH_SEND_THREADS {opts['send_threads']} "
+            f"(WORKER_NICE {opts['bulk_nice']}"
             f"{', -Q celery' if opts['interactive_workers'] else ''}), "
             f"the load at nice {opts['load_nice']}, "
             f"{opts['interactive_workers']} more x -Q interactive "

@@ -78,7 +78,22 @@ class Command(BaseCommand):
         parser.add_argument("--calls", type=int, default=2000)
         parser.add_argument("--workers", type=int, default=2, help="celery worker processes")
         parser.add_argument("--pool", default="threads", choices=["threads", "prefork", "solo"])
-        parser.add_argument("--concurrency", type=int, default=8, help="per worker process")
+        parser.add_argument(
+            "--concurrency",
+            type=int,
+            default=1,
+            help="task threads (or processes) per worker process, each taking one batch of "
+            "calls at a time",
+        )
+        parser.add_argument(
+            "--send-threads",
+            type=int,
+            default=2,
+            help="the workers' DISPATCH_SEND_THREADS: a batch's requests in flight at once, per "
+            "worker process (the product's default: 16). The sandbox answers in about a "
+            "millisecond: 2 carry the bulk rate, and more only wait for the cores, in the "
+            "workers and in the sandbox (docs/performance.md, the eleventh round)",
+        )
         parser.add_argument(
             "--celery-app",
             default="bench.counting",
@@ -106,8 +121,10 @@ class Command(BaseCommand):
         if options["inner"]:
             self._inner(options)
             return
-        if options["calls"] < 1 or options["workers"] < 1 or options["concurrency"] < 1:
-            raise CommandError("--calls, --workers and --concurrency must be at least 1.")
+        if min(options[k] for k in ("calls", "workers", "concurrency", "send_threads")) < 1:
+            raise CommandError(
+                "--calls, --workers, --concurrency and --send-threads must be at least 1."
+            )
         if not options["skip_baseline"] and not options["dbos_database"]:
             raise CommandError("name the baseline's database (--dbos-database) or --skip-baseline")
         if options["dbos_database"] == options["database"]:
@@ -186,6 +203,7 @@ class Bench:
         env = {k: v for k, v in os.environ.items() if k != "COUNTERSIGN_CONNECTORS_FILE"}
         env.update(
             DATABASE_URL=self.bench_url,
+            DISPATCH_SEND_THREADS=str(self.options["send_threads"]),
             CELERY_BROKER_URL=self.broker,
             DJANGO_SETTINGS_MODULE="config.settings.base",
             DJANGO_DEBUG="0",  # DEBUG would keep every query in memory
@@ -361,7 +379,8 @@ class Bench:
             f"({opts['calls_per_run']}/run), {opts['propose_threads']} proposing threads"
             f"{paced}; "
             f"{opts['workers']} workers x --pool {opts['pool']} --concurrency "
-            f"{opts['concurrency']} (-A {opts['celery_app']}); no beat"
+            f"{opts['concurrency']}, DISPATCH_SEND_THREADS {opts['send_threads']} "
+            f"(-A {opts['celery_app']}); no beat"
         )
         self.say(
             f"  completed+confirmed_success: {r['confirmed']}/{calls}  failed: {r['failed']}  "
