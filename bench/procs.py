@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import signal
@@ -101,6 +102,28 @@ def start_sandbox(
         child.stop()
         raise
     return child, url
+
+
+def add_worker_sizing(parser: argparse.ArgumentParser) -> None:
+    """--pool, --concurrency and --send-threads of the bulk workers, one meaning in every
+    benchmark that starts them (the commands put --send-threads in the workers' environment)."""
+    parser.add_argument("--pool", default="threads", choices=["threads", "prefork", "solo"])
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        default=1,
+        help="task threads (or processes) per worker process, each taking one batch of "
+        "calls at a time",
+    )
+    parser.add_argument(
+        "--send-threads",
+        type=int,
+        default=2,
+        help="the workers' DISPATCH_SEND_THREADS: a batch's requests in flight at once, per "
+        "worker process (the product's default: 16). The sandbox answers in about a "
+        "millisecond: 2 carry the bulk rate, and more only wait for the cores, in the "
+        "workers and in the sandbox (docs/performance.md, the eleventh round)",
+    )
 
 
 def start_worker(

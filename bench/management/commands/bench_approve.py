@@ -39,7 +39,7 @@ from bench import pgstats
 from bench.approve_drive import CLICK_CAPTURED_CENTS, FIRST_CLICK_ORDER
 from bench.driver import FIRST_ORDER
 from bench.ownership import Owner, redis_db
-from bench.procs import Child, start_sandbox, start_worker, wait_for, wait_ready
+from bench.procs import Child, add_worker_sizing, start_sandbox, start_worker, wait_for, wait_ready
 
 OWNER = Owner("bench_approve")
 MARK, REDIS_MARK = OWNER.mark, OWNER.redis_mark
@@ -88,23 +88,7 @@ class Command(BaseCommand):
             "left as few as 4 on a machine that ran 150 bulk calls/s)",
         )
         parser.add_argument("--workers", type=int, default=2)
-        parser.add_argument("--pool", default="threads", choices=["threads", "prefork", "solo"])
-        parser.add_argument(
-            "--concurrency",
-            type=int,
-            default=1,
-            help="task threads (or processes) per worker process, each taking one batch of "
-            "calls at a time",
-        )
-        parser.add_argument(
-            "--send-threads",
-            type=int,
-            default=2,
-            help="the workers' DISPATCH_SEND_THREADS: a batch's requests in flight at once, per "
-            "worker process (the product's default: 16). The sandbox answers in about a "
-            "millisecond: 2 carry the bulk rate, and more only wait for the cores, in the "
-            "workers and in the sandbox (docs/performance.md, the eleventh round)",
-        )
+        add_worker_sizing(parser)
         parser.add_argument(
             "--interactive-workers",
             type=int,

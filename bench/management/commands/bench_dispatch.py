@@ -45,7 +45,14 @@ from bench.analyze import describe as describe_analyze
 from bench.cpu import BackendCpu
 from bench.driver import FIRST_ORDER
 from bench.ownership import Owner, redis_db
-from bench.procs import MemorySampler, cpu_snapshot, start_sandbox, start_worker, wait_ready
+from bench.procs import (
+    MemorySampler,
+    add_worker_sizing,
+    cpu_snapshot,
+    start_sandbox,
+    start_worker,
+    wait_ready,
+)
 
 # The comment on the databases it creates, and the key it leaves in its Redis database: proof,
 # on the next run, that they are the benchmark's to empty.
@@ -77,23 +84,7 @@ class Command(BaseCommand):
         )
         parser.add_argument("--calls", type=int, default=2000)
         parser.add_argument("--workers", type=int, default=2, help="celery worker processes")
-        parser.add_argument("--pool", default="threads", choices=["threads", "prefork", "solo"])
-        parser.add_argument(
-            "--concurrency",
-            type=int,
-            default=1,
-            help="task threads (or processes) per worker process, each taking one batch of "
-            "calls at a time",
-        )
-        parser.add_argument(
-            "--send-threads",
-            type=int,
-            default=2,
-            help="the workers' DISPATCH_SEND_THREADS: a batch's requests in flight at once, per "
-            "worker process (the product's default: 16). The sandbox answers in about a "
-            "millisecond: 2 carry the bulk rate, and more only wait for the cores, in the "
-            "workers and in the sandbox (docs/performance.md, the eleventh round)",
-        )
+        add_worker_sizing(parser)
         parser.add_argument(
             "--celery-app",
             default="bench.counting",
