@@ -31,7 +31,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
@@ -40,6 +39,7 @@ from bench.approve_drive import CLICK_CAPTURED_CENTS, FIRST_CLICK_ORDER
 from bench.driver import FIRST_ORDER
 from bench.ownership import Owner, redis_db
 from bench.procs import Child, add_worker_sizing, start_sandbox, start_worker, wait_for, wait_ready
+from bench.sandbox_http import add_orders
 
 OWNER = Owner("bench_approve")
 MARK, REDIS_MARK = OWNER.mark, OWNER.redis_mark
@@ -184,9 +184,12 @@ class Bench:
                 "setup", {"clicks": clicks, "load_calls": load_calls}, self.env(), tmp
             )
             offset = setup["offset"]
-            self.add_orders(sandbox_url, FIRST_ORDER + offset, max(1, load_calls), 100)
-            self.add_orders(
-                sandbox_url, FIRST_CLICK_ORDER + offset, clicks, CLICK_CAPTURED_CENTS
+            add_orders(sandbox_url, max(1, load_calls), first=FIRST_ORDER + offset)
+            add_orders(
+                sandbox_url,
+                clicks,
+                first=FIRST_CLICK_ORDER + offset,
+                captured_cents=CLICK_CAPTURED_CENTS,
             )
             stop_file, backlog_file = tmp / "stop-load", tmp / "backlog-proposed"
             loader = None
@@ -281,10 +284,6 @@ class Bench:
         )
         if done.returncode:
             raise CommandError(f"migrating {self.db} failed:\n{done.stderr[-3000:]}")
-
-    def add_orders(self, sandbox_url: str, first: int, count: int, captured: int) -> None:
-        body = {"tenant": "acme", "first": first, "count": count, "captured_cents": captured}
-        httpx.post(f"{sandbox_url}/orders", json=body, timeout=60).raise_for_status()
 
     def argv(self, phase: str, path: Path) -> list[str]:
         return [

@@ -53,6 +53,7 @@ from bench.procs import (
     start_worker,
     wait_ready,
 )
+from bench.sandbox_http import add_orders, ledger
 
 # The comment on the databases it creates, and the key it leaves in its Redis database: proof,
 # on the next run, that they are the benchmark's to empty.
@@ -153,17 +154,6 @@ class Command(BaseCommand):
 
 def _terminate(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
-
-
-def add_orders(sandbox_url: str, calls: int) -> None:
-    """One fresh order per call, so no answer of the sandbox grows as the run goes on."""
-    body = {"tenant": "acme", "first": FIRST_ORDER, "count": calls, "captured_cents": 100}
-    httpx.post(f"{sandbox_url}/orders", json=body, timeout=60).raise_for_status()
-
-
-def ledger(sandbox_url: str) -> list[dict[str, Any]]:
-    response = httpx.get(f"{sandbox_url}/ledger", params={"system": "payments"}, timeout=60)
-    return response.json()["effects"]
 
 
 class Bench:

@@ -32,7 +32,6 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-import httpx
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
@@ -41,6 +40,7 @@ from bench.cpu import _cpu_seconds
 from bench.management.commands.bench_dispatch import MARK, OWNER, claim_redis
 from bench.ownership import reexec_in
 from bench.procs import start_sandbox
+from bench.sandbox_http import add_orders
 
 
 class Command(BaseCommand):
@@ -82,7 +82,7 @@ class Command(BaseCommand):
         try:
             settings.SANDBOX_URL = sandbox_url
             # Orders of their own for the warm-up and for each mode.
-            self.add_orders(sandbox_url, calls * len(modes) + 20)
+            add_orders(sandbox_url, calls * len(modes) + 20)
             self.stdout.write(f"{calls} calls per mode; load average {_load()}")
             # Warm up (imports, caches, connections) with both paths; not measured.
             self.measure(sandbox, 10, 0, calls * len(modes), {**options, "profile": False})
@@ -102,12 +102,6 @@ class Command(BaseCommand):
             sandbox.stop()
             shutil.rmtree(tmp, ignore_errors=True)
             claim_redis(os.environ["CELERY_BROKER_URL"])
-
-    def add_orders(self, sandbox_url: str, count: int) -> None:
-        from bench.driver import FIRST_ORDER, TENANT
-
-        body = {"tenant": TENANT, "first": FIRST_ORDER, "count": count, "captured_cents": 100}
-        httpx.post(f"{sandbox_url}/orders", json=body, timeout=60).raise_for_status()
 
     def propose(self, calls: int, first_order: int, profile: cProfile.Profile | None) -> list:
         from bench import driver

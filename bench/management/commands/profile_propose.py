@@ -34,9 +34,10 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
 from bench import pgstats
-from bench.management.commands.bench_dispatch import MARK, OWNER, add_orders, claim_redis
+from bench.management.commands.bench_dispatch import MARK, OWNER, claim_redis
 from bench.ownership import reexec_in
 from bench.procs import start_sandbox
+from bench.sandbox_http import add_orders
 
 
 class Command(BaseCommand):
