@@ -54,6 +54,7 @@ class Soak:
         self.workers: Workers | None = None
         self.stats = Stats()
         self.faults: Counter[str] = Counter()
+        self.timeline: list[str] = []  # each fault with its wall time, printed on a failure
         self.duplicate_flag = self.tmp / "deliver-twice"
         self.secret_key = secrets.token_urlsafe(40)  # one for the web and the workers
 
@@ -222,6 +223,7 @@ class Soak:
         if not line:
             return
         self.faults[counter] += 1
+        self.timeline.append(f"{time.strftime('%H:%M:%S')} {line}")
         if self.options["verbosity"] > 1:
             self.say(f"    {line}")
 
@@ -293,6 +295,8 @@ class Soak:
             self.say(line)
         self.say("")
         self.details(ops, effects, approvals, projections, chain, leaks)
+        if not held:
+            self.clues()
         return held
 
     def details(self, ops, effects, approvals, projections, chain, leaks) -> None:
@@ -316,8 +320,23 @@ class Soak:
             self.say(f"secrets found in: {leaks}")
         for key, n in sorted(self.stats.counts.items()):
             self.say(f"  {key}: {n}")
+        if ops["lost"]:
+            self.say(f"lost calls (the first {min(ops['lost'], 5)} of {ops['lost']}):")
+            for line in soak_report.lost_calls():
+                self.say(line)
         if opts["keep_logs"]:
             self.say(f"logs: {self.log_dir}")
+
+    def clues(self) -> None:
+        """What a failed run's output must carry to be explained later (CI keeps nothing
+        else): when each fault came, and when each worker alive at the end last finished a
+        task (a worker that stopped consuming after a broker restart shows an early time)."""
+        self.say("faults, as they came:")
+        for line in self.timeline:
+            self.say(f"  {line}")
+        self.say("workers alive at the end, and their last finished task:")
+        for worker in self.workers.live if self.workers else []:
+            self.say(f"  {worker.name} (pid {worker.pid}): {soak_faults.last_task(worker)}")
 
     def copies(self) -> int:
         return sum(worker.output().count("soak: delivered ") for worker in self.workers.started)

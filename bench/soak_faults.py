@@ -6,6 +6,7 @@ started, the connections it cuts are those of its own database."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import random
 import signal
@@ -189,3 +190,16 @@ def plan(rng: random.Random, window: float, counts: dict[str, int]) -> list[Faul
 
 def next_kill_in(rng: random.Random) -> float:
     return rng.uniform(5, 20)
+
+
+def last_task(worker: Child) -> str:
+    """The time and name of the last task `worker` logged as finished ("succeeded" or
+    "raised"), read from its log; "none" if it finished none."""
+    last = "none"
+    for line in worker.output().splitlines():
+        if "celery.app.trace" not in line or not (" succeeded in " in line or " raised " in line):
+            continue
+        with contextlib.suppress(ValueError, KeyError):
+            record = json.loads(line)
+            last = f"{record['timestamp'][11:23]} {record['message'].split('[', 1)[0]}"
+    return last

@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 from collections import Counter
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ import httpx
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import close_old_connections, connection
+from django.db.models import Q
 
 # Still moving by itself: not sent yet, sent and not answered, answered and not verified, or
 # unknown while the reconciler looks it up. A call in needs_human is settled: a person owns it.
@@ -76,6 +78,50 @@ def operations() -> dict[str, Any]:
         "confirmed_alone": confirmed_alone,
         "statuses": Counter(f"{e}/{v}" for e, v in rows),
     }
+
+
+def lost_calls(limit: int = 5, events_each: int = 8) -> list[str]:
+    """What a person needs to say why a call was lost, printed under the table: the first
+    `limit` lost calls (not terminal, with no person), each with its dependencies, the outbox
+    messages that name it and its last events. A CI log is often all there is of a failed
+    soak: its database is dropped with the run."""
+    from runs.models import Event, OutboxMessage
+    from toolcalls.models import ToolCall
+
+    close_old_connections()
+    moving = ToolCall.objects.exclude(execution_status__in=ToolCall.UNKNOWN).filter(
+        Q(execution_status__in=MOVING) | Q(verification_status="pending")
+    )
+    lines = []
+    for call in moving.order_by("created_at")[:limit]:
+        lines.append(
+            f"  {call.pk} {call.capability_id} {call.execution_status}/"
+            f"{call.verification_status} run {call.run_id} token {call.fencing_token}"
+            f" next_attempt_at {_when(call.next_attempt_at)} lease {_when(call.lease_expires_at)}"
+        )
+        for dependency in call.depends_on.all():
+            lines.append(
+                f"    depends on {dependency.pk} {dependency.execution_status}/"
+                f"{dependency.verification_status}"
+            )
+        messages = OutboxMessage.objects.filter(args__0=call.pk).order_by("created_at")
+        for message in messages:
+            lines.append(
+                f"    outbox {message.pk} {message.task} created {_when(message.created_at)}"
+                f" available {_when(message.available_at)} done {_when(message.done_at)}"
+                f" published {message.published_count}"
+            )
+        last = Event.objects.filter(tool_call_id=call.pk).order_by("-seq")[:events_each]
+        for event in reversed(list(last)):
+            lines.append(
+                f"    event {event.seq} {_when(event.occurred_at)} {event.event_type}"
+                f" by {event.actor} ({event.producer})"
+            )
+    return lines
+
+
+def _when(moment: datetime | None) -> str:
+    return "-" if moment is None else moment.strftime("%H:%M:%S.%f")[:-3]
 
 
 def effects(sandbox_url: str) -> dict[str, int]:

@@ -3,21 +3,24 @@ it refuses what it must not touch, and its detectors see the violations they cou
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from django.db import connection
 from django.utils import timezone
 
-from bench import pgstats, soak_report
+from bench import pgstats, soak_faults, soak_report
+from bench.procs import Child
 from bench.soak_agents import fate
-from runs.models import Run
+from runs.models import Event, OutboxMessage, Run
 from tests.helpers import ROOT, WAYBILL, propose_in
 from tests.sandbox_process import Sandbox
-from toolcalls.models import Attempt
+from toolcalls.models import Attempt, ToolCall
 
 TABLE_ROWS = (
     "operations proposed",
@@ -140,3 +143,52 @@ def test_it_counts_duplicate_and_orphan_effects_from_the_ledger(run: Run, sandbo
         # The carrier keeps no idempotency: each POST is an effect.
         assert sandbox.post("carrier", "/waybills", body, request_id=request_id).status_code == 201
     assert soak_report.effects(sandbox.url) == {"effects": 3, "duplicates": 1, "orphans": 1}
+
+
+# Committed rows: the report's reads start with close_old_connections (the soak cuts its
+# connections), which drops a connection left inside a transaction.
+@pytest.mark.django_db(transaction=True)
+def test_it_describes_each_lost_call_with_its_messages_and_events(
+    run: Run, sandbox: Sandbox
+) -> None:
+    lost = propose_in(run)
+    settled = propose_in(run, intent="intent-2")
+    ToolCall.objects.filter(pk=settled.pk).update(execution_status="failed")
+    assert soak_report.operations()["lost"] == 1
+    lines = soak_report.lost_calls()
+    assert lines[0].startswith(f"  {lost.pk} {lost.capability_id} {lost.execution_status}/")
+    assert not any(settled.pk in line for line in lines)
+    outbox_lines = [line for line in lines if line.startswith("    outbox ")]
+    assert len(outbox_lines) == OutboxMessage.objects.filter(args__0=lost.pk).count() > 0
+    events = [line.split()[3] for line in lines if line.startswith("    event ")]
+    assert events == list(
+        Event.objects.filter(tool_call_id=lost.pk)
+        .order_by("seq")
+        .values_list("event_type", flat=True)
+    )
+
+
+def test_a_workers_last_task_is_read_from_its_log(tmp_path: Path) -> None:
+    log = tmp_path / "soak1.log"
+    worker = Child("soak1", [], {}, tmp_path, log)
+    assert soak_faults.last_task(worker) == "none"  # no log yet
+    lines = [
+        {
+            "timestamp": "2026-12-03T00:41:25.411+00:00",
+            "logger": "celery.app.trace",
+            "message": "Task runs.drain_outbox[ff1d] succeeded in 0.08s: 2",
+        },
+        {
+            "timestamp": "2026-12-03T00:41:26.002+00:00",
+            "logger": "celery.app.trace",
+            "message": "Task toolcalls.reconcile[51a2] raised unexpected: OperationalError()",
+        },
+        {
+            "timestamp": "2026-12-03T00:41:27.000+00:00",
+            "logger": "celery.worker.strategy",
+            "message": "Task toolcalls.verify[77aa] received",
+        },
+        "not JSON: celery.app.trace ... succeeded in 1s",
+    ]
+    log.write_text("\n".join(json.dumps(x) if isinstance(x, dict) else x for x in lines))
+    assert soak_faults.last_task(worker) == "00:41:26.002 Task toolcalls.reconcile"
