@@ -3,6 +3,8 @@
 Closed: calls pass. When upstream errors reach ERROR_RATE of the recent attempts (at least
 MIN_ATTEMPTS within WINDOW), the breaker opens for OPEN_FOR and calls wait. After that one
 call passes as a probe (half-open): its success closes the breaker, its failure opens it again.
+A probe that ends without an answer for the breaker (its worker died, its answer was lost, the
+system refused it) hands the probe to the next call that asks.
 All changes are conditional updates, so two workers never both take the probe.
 """
 
@@ -12,7 +14,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 
-from toolcalls.models import Attempt, CircuitBreaker, ToolCall
+from toolcalls.models import Attempt, CircuitBreaker, E, ToolCall
 
 # Errors that say the system is unwell (not that our request was wrong).
 UPSTREAM_ERRORS = ("tool.upstream_5xx", "tool.timeout", "tool.unreachable", "tool.connection_lost")
@@ -41,7 +43,33 @@ def admit(call: ToolCall, now: datetime) -> tuple[datetime | None, bool]:
             pk=breaker.pk, state=CircuitBreaker.State.OPEN, opened_until=breaker.opened_until
         ).update(state=CircuitBreaker.State.HALF_OPEN, probe_tool_call_id=call.pk)
         return (None if took_probe else now + PROBE_WAIT), False
-    return (None if breaker.probe_tool_call_id == call.pk else now + PROBE_WAIT), False
+    if breaker.probe_tool_call_id == call.pk or _take_over_probe(breaker, call):
+        return None, False
+    return now + PROBE_WAIT, False
+
+
+def _take_over_probe(breaker: CircuitBreaker, call: ToolCall) -> bool:
+    """Half-open, with the probe held by another call: take it over if that call's attempt
+    is over without its answer reaching the breaker. Only the dispatcher's record of an answer
+    closes or reopens the breaker; a probe whose worker died (its lease expired and the
+    reconciler took it), whose answer was lost, or that the system refused is not dispatching
+    any more and never will report. Left to it, the breaker stayed half-open for good and
+    every call of its capability waited (manage.py soak: six refunds deferred every 2 s for
+    300 s). A conditional update, as for the first probe: one taker at a time."""
+    probe_status = (
+        ToolCall.objects.filter(pk=breaker.probe_tool_call_id)
+        .values_list("execution_status", flat=True)
+        .first()
+    )
+    if probe_status == E.DISPATCHING:
+        return False  # its answer is on its way to the breaker
+    return bool(
+        CircuitBreaker.objects.filter(
+            pk=breaker.pk,
+            state=CircuitBreaker.State.HALF_OPEN,
+            probe_tool_call_id=breaker.probe_tool_call_id,
+        ).update(probe_tool_call_id=call.pk)
+    )
 
 
 def record_success(call: ToolCall) -> None:

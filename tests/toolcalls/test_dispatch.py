@@ -158,6 +158,37 @@ def test_a_5xx_storm_opens_the_circuit_and_a_probe_closes_it(
     assert CircuitBreaker.objects.get(pk=breaker.pk).state == "closed"
 
 
+def test_a_probe_whose_worker_died_hands_the_probe_on(
+    run: Run, sandbox: Sandbox, settings, monkeypatch
+) -> None:
+    """The probe's worker dies after sending: the reconciler finds the refund, and the
+    dispatcher never records the answer that would close the breaker. The next call takes the
+    probe over instead of waiting for good (manage.py soak found six refunds deferred every
+    2 s for 300 s behind such a probe)."""
+    calls = open_the_circuit(run, sandbox, settings, monkeypatch)
+    sandbox.clear_faults()
+    breaker = CircuitBreaker.objects.get(capability_id="refund-order-v2")
+    ToolCall.objects.filter(pk__in=[c.pk for c in calls]).update(next_attempt_at=None)
+    CircuitBreaker.objects.filter(pk=breaker.pk).update(opened_until=timezone.now())
+    probe = dispatch.tool_call_claim(tool_call_id=calls[0].pk, outbox_id=None, worker="dies")
+    assert probe is not None
+    assert CircuitBreaker.objects.get(pk=breaker.pk).state == "half_open"
+    dispatch.send(probe)  # sent; the worker dies before recording the answer
+    # While the probe is dispatching, the others wait for its answer.
+    sent_before = Attempt.objects.count()
+    dispatch.tool_call_dispatch(tool_call_id=calls[1].pk)
+    assert fresh(calls[1]).execution_status == "authorized"
+    assert Attempt.objects.count() == sent_before
+    ToolCall.objects.filter(pk=probe.tool_call_id).update(lease_expires_at="2000-01-01T00:00:00Z")
+    assert sweeps.leases_sweep_expired() == 1
+    # The reconciler finds the refund; the others' deferred dispatches come due meanwhile and
+    # one of them takes the probe over once the first is no longer dispatching.
+    run_until(lambda: all(fresh(c).execution_status == "completed" for c in calls), timeout=20)
+    assert CircuitBreaker.objects.get(pk=breaker.pk).state == "closed"
+    assert all(len(sandbox.effects_for(c.external_request_id)) == 1 for c in calls)
+    assert_log_matches_state()
+
+
 def test_a_stale_workers_result_is_refused(run: Run, sandbox: Sandbox, settings) -> None:
     call = propose_in(run)
     stale = dispatch.tool_call_claim(tool_call_id=call.pk, outbox_id=None, worker="paused-worker")
