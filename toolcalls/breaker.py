@@ -49,20 +49,24 @@ def admit(call: ToolCall, now: datetime) -> tuple[datetime | None, bool]:
 
 
 def _take_over_probe(breaker: CircuitBreaker, call: ToolCall) -> bool:
-    """Half-open, with the probe held by another call: take it over if that call's attempt
-    is over without its answer reaching the breaker. Only the dispatcher's record of an answer
-    closes or reopens the breaker; a probe whose worker died (its lease expired and the
-    reconciler took it), whose answer was lost, or that the system refused is not dispatching
-    any more and never will report. Left to it, the breaker stayed half-open for good and
-    every call of its capability waited (manage.py soak: six refunds deferred every 2 s for
-    300 s). A conditional update, as for the first probe: one taker at a time."""
+    """Half-open, with the probe held by another call: take it over if that call will never
+    report. Only the dispatcher's record of an answer closes or reopens the breaker; a probe
+    whose worker died (its lease expired and the reconciler took it), whose answer was lost,
+    or that ended any other way than by that record is neither dispatching nor waiting to be
+    sent again. Left to it, the breaker stayed half-open for good and every call of its
+    capability waited (manage.py soak: six refunds deferred every 2 s for 300 s).
+
+    An authorized probe keeps the probe: it is sent again (a retry after a backoff, or after a
+    look-up proved it absent) and its own claim passes. So does one claimed earlier in this
+    transaction: a batch saves its claims when the batch ends, so the database still says
+    authorized. A conditional update, as for the first probe: one taker at a time."""
     probe_status = (
         ToolCall.objects.filter(pk=breaker.probe_tool_call_id)
         .values_list("execution_status", flat=True)
         .first()
     )
-    if probe_status == E.DISPATCHING:
-        return False  # its answer is on its way to the breaker
+    if probe_status in (E.AUTHORIZED, E.DISPATCHING):
+        return False  # its answer is on its way to the breaker, or it will be sent again
     return bool(
         CircuitBreaker.objects.filter(
             pk=breaker.pk,

@@ -19,7 +19,7 @@ from runs.models import OutboxMessage, Run, Tenant, User
 from tests.helpers import REFUND, WAYBILL, fresh, logged_in, open_the_circuit, propose_in
 from tests.sandbox_process import Sandbox
 from tests.toolcalls.inline_worker import run_due, run_until
-from toolcalls import capabilities, commands, dispatch, lifecycle, sweeps
+from toolcalls import capabilities, commands, dispatch, dispatch_batch, lifecycle, sweeps
 from toolcalls.models import Attempt, CircuitBreaker, ObjectRevision, Receipt, ToolCall
 
 
@@ -187,6 +187,25 @@ def test_a_probe_whose_worker_died_hands_the_probe_on(
     assert CircuitBreaker.objects.get(pk=breaker.pk).state == "closed"
     assert all(len(sandbox.effects_for(c.external_request_id)) == 1 for c in calls)
     assert_log_matches_state()
+
+
+def test_a_batch_sends_one_probe_when_the_circuit_half_opens(
+    run: Run, sandbox: Sandbox, settings, monkeypatch
+) -> None:
+    """A batch claims its calls in one transaction and saves them at its end: the second
+    call must not take the probe the first took a moment before (the database still says
+    the first is authorized)."""
+    calls = open_the_circuit(run, sandbox, settings, monkeypatch)
+    sandbox.clear_faults()
+    ToolCall.objects.filter(pk__in=[c.pk for c in calls]).update(next_attempt_at=None)
+    breaker = CircuitBreaker.objects.get(capability_id="refund-order-v2")
+    CircuitBreaker.objects.filter(pk=breaker.pk).update(opened_until=timezone.now())
+    claims = dispatch_batch.claim_batch([(c.pk, None) for c in calls])
+    assert len(claims) == 1
+    breaker = CircuitBreaker.objects.get(pk=breaker.pk)
+    assert (breaker.state, breaker.probe_tool_call_id) == ("half_open", claims[0].tool_call_id)
+    waiting = [c for c in calls if c.pk != claims[0].tool_call_id]
+    assert all(fresh(c).execution_status == "authorized" for c in waiting)
 
 
 def test_a_stale_workers_result_is_refused(run: Run, sandbox: Sandbox, settings) -> None:
