@@ -5,6 +5,7 @@ only a reader following `[Production](#production)` would have noticed."""
 from __future__ import annotations
 
 import re
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -28,7 +29,8 @@ def _prose(text: str) -> list[str]:
     return lines
 
 
-def anchors(path: Path) -> set[str]:
+@cache  # a file is read once, however many links point into it
+def anchors(path: Path) -> frozenset[str]:
     """The anchors GitHub gives the headings of a Markdown file: lower case, punctuation other
     than hyphens and underscores dropped, spaces made hyphens, repeats numbered -1, -2, ..."""
     seen: dict[str, int] = {}
@@ -41,7 +43,7 @@ def anchors(path: Path) -> set[str]:
         n = seen.get(slug, 0)
         seen[slug] = n + 1
         out.add(slug if n == 0 else f"{slug}-{n}")
-    return out
+    return frozenset(out)
 
 
 def links(path: Path) -> list[str]:
