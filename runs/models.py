@@ -5,6 +5,7 @@ from __future__ import annotations
 from functools import partial
 
 from django.contrib.auth.models import AbstractUser
+from django.contrib.sessions.base_session import AbstractBaseSession
 from django.db import models
 from django.db.models import F
 from django.utils import timezone
@@ -52,6 +53,29 @@ class User(AbstractUser):
     @property
     def is_tenant_admin(self) -> bool:
         return self.role == self.Role.ADMIN
+
+
+class Session(AbstractBaseSession):
+    """A console session: Django's row (key, signed data, expiry) with the signed-in person's id
+    beside the data, so that a request reads its session and its person with their tenant in
+    one statement (runs/sessions.py), not two. Deleting a person deletes their sessions (Django's
+    cascade). No constraint in the database: a session saved while its person is being deleted
+    must not fail the request; its row then names no one, and the read signs no one in."""
+
+    user = models.ForeignKey(
+        User,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        db_constraint=False,
+        related_name="+",
+    )
+
+    @classmethod
+    def get_session_store_class(cls) -> type:
+        from runs.sessions import SessionStore
+
+        return SessionStore
 
 
 class ApiKey(models.Model):

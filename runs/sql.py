@@ -15,7 +15,7 @@ from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, connections
 from runs import dbvalues, pipeline
 from runs.cursors import cursor_for
 from runs.lookups import id_array
-from runs.models import ApiKey, Event, Run, Tenant, User
+from runs.models import ApiKey, Event, Run, Session, Tenant, User
 
 # The run's last event, and the id of the tool call's last event, in one statement (none
 # when the run has no event yet); parameters: the call's id, the run's. approvals/sql.py's
@@ -411,6 +411,40 @@ def person_read(user_id: Any) -> User | None:
     tenant = None if person.tenant_id is None else _make(Tenant, row[first:])
     User.tenant.field.set_cached_value(person, tenant)
     return person
+
+
+# The session with its person and their tenant, on every console request (runs/sessions.py,
+# runs/backends.py): the two statements before (the session, then the person) were two of the
+# approve click's round trips, each a wait for a core on a busy host (bench_approve --load
+# dispatch). tests/test_sessions.py proves what it loads equal to the two reads'.
+_SESSION = (
+    "SELECT s.session_data, s.expire_date, s.user_id,"
+    f" {_columns(User, 'u')}, {_columns(Tenant, 't')}"
+    f" FROM {Session._meta.db_table} s LEFT JOIN {User._meta.db_table} u ON u.id = s.user_id"
+    f" LEFT JOIN {Tenant._meta.db_table} t ON t.id = u.tenant_id"
+    " WHERE s.session_key = %s AND s.expire_date > %s"
+)
+
+
+def session_read(session_key: str, now: datetime) -> tuple[Session, User | None] | None:
+    """The live session of `session_key` and the person its row names, loaded as
+    `person_read` loads them (None when the row names no one, or someone deleted since); None
+    when the key is unknown or expired. PostgreSQL only (the caller reads plainly elsewhere)."""
+    with connection.cursor() as cursor:
+        cursor.execute(_SESSION, [session_key, now])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    session = Session(
+        session_key=session_key, session_data=row[0], expire_date=row[1], user_id=row[2]
+    )
+    first, last = 3, 3 + len(User._meta.concrete_fields)
+    if row[first] is None:
+        return session, None
+    person = _make(User, row[first:last])
+    tenant = None if person.tenant_id is None else _make(Tenant, row[last:])
+    User.tenant.field.set_cached_value(person, tenant)
+    return session, person
 
 
 # --- the run page's run (runs/selectors.py run_for_page) -------------------------------------

@@ -17,3 +17,12 @@ def drain_outbox() -> int:
     handled = drain.outbox_drain()
     crashpoint("before_ack")
     return handled
+
+
+@shared_task(name="runs.clear_expired_sessions")
+def clear_expired_sessions() -> None:
+    # Django deletes no expired session by itself (its `clearsessions` command is meant for
+    # cron); beat runs this instead, so the session table holds live sessions only.
+    from runs.sessions import SessionStore
+
+    SessionStore.clear_expired()

@@ -1,5 +1,5 @@
-"""Each console request reads the signed-in person with their tenant in one query
-(runs/backends.py): every page names the tenant."""
+"""Each console request reads the signed-in person with their tenant in one query, the session's
+own (runs/sessions.py, runs/backends.py): every page names the tenant."""
 
 from __future__ import annotations
 
@@ -21,10 +21,11 @@ def _queries(client: Client, path: str) -> list[str]:
 def test_a_page_reads_the_person_and_their_tenant_in_one_query(run: Run, viewer: User) -> None:
     queries = _queries(logged_in(viewer), f"/runs/{run.pk}/")
 
-    # One hand-written statement (runs/sql.py, person_read); no other read of the person.
+    # One hand-written statement (runs/sql.py, session_read); no other read of the person.
     people = [sql for sql in queries if "runs_user" in sql.split("WHERE")[0]]
     assert len(people) == 1
-    assert "FROM runs_user u LEFT JOIN runs_tenant t" in people[0]
+    assert "FROM runs_session s LEFT JOIN runs_user u ON u.id = s.user_id" in people[0]
+    assert "LEFT JOIN runs_tenant t" in people[0]
     assert not [sql for sql in queries if sql.startswith('SELECT "runs_tenant"')]
     assert viewer.tenant.name in _page(logged_in(viewer), "/runs/")
 
@@ -37,6 +38,9 @@ def test_a_person_who_signs_in_with_a_password_gets_the_same(run: Run, viewer: U
     queries = _queries(client, f"/runs/{run.pk}/")
 
     assert not [sql for sql in queries if sql.startswith('SELECT "runs_tenant"')]
+    # The sign-in's session row names the person: the session's read loads them.
+    people = [sql for sql in queries if "runs_user" in sql.split("WHERE")[0]]
+    assert len(people) == 1 and "FROM runs_session s" in people[0]
 
 
 def _page(client: Client, path: str) -> str:

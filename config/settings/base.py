@@ -79,7 +79,8 @@ MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
-    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # Django's, with the person read in the session's statement (runs/backends.py).
+    "runs.backends.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
@@ -87,8 +88,8 @@ MIDDLEWARE = [
     "axes.middleware.AxesMiddleware",
 ]
 
-# Django's database sessions with their read written out (runs/sessions.py): every console
-# request reads one.
+# Django's database sessions in a table that also names the person, read with the person in one
+# written-out statement (runs/sessions.py): every console request reads one.
 SESSION_ENGINE = "runs.sessions"
 
 ROOT_URLCONF = "config.urls"
@@ -385,4 +386,5 @@ CELERY_BEAT_SCHEDULE = {
     "escalate-approvals": {"task": "approvals.escalate", "schedule": APPROVAL_SWEEP_SECONDS},
     "sweep-outbox": {"task": "runs.sweep_outbox", "schedule": SWEEP_INTERVAL_SECONDS},
     "sweep-leases": {"task": "toolcalls.sweep_leases", "schedule": SWEEP_INTERVAL_SECONDS},
+    "clear-expired-sessions": {"task": "runs.clear_expired_sessions", "schedule": 3600},
 }

@@ -20,7 +20,8 @@ from tests.helpers import BIG_REFUND, decide, logged_in, propose_in
 from tests.sandbox_process import Sandbox
 from toolcalls.models import Webhook
 
-# The session, its user with their tenant (2, runs/backends.py); the approval with the business
+# The session with its person and their tenant (1, runs/sessions.py; two statements until the
+# s30 round, runs/backends.py); the approval with the business
 # check's read of the object's other calls, before any lock, in one statement (1:
 # toolcalls/sql_decision.py, decision_read; two queries before); SAVEPOINT, the approval, the
 # call and the run locked with whether a webhook wants the decision, in one statement (2:
@@ -31,7 +32,7 @@ from toolcalls.models import Webhook
 # lock loaded it, and the pending question answered already: two queries before the s16
 # round, one until s18); the four events in one INSERT (1); the decision counted in the
 # approval latency counts, a projection the dashboard reads (1); RELEASE SAVEPOINT (1).
-APPROVE_QUERIES = 13
+APPROVE_QUERIES = 12
 
 
 def click(client: Client, approval: Approval, action: str, **fields: Any) -> int:
@@ -80,14 +81,14 @@ def test_the_first_of_two_approvers_costs_fewer(run: Run, sandbox: Sandbox, appr
     call = propose_in(run, {**BIG_REFUND, "amount_cents": 120_000})
     approval = Approval.objects.get(tool_call=call)
     # No approval, authorization nor resume: the decision, its event and the version saved.
-    assert click(logged_in(approver), approval, "approve") == 9
+    assert click(logged_in(approver), approval, "approve") == 8
     approval.refresh_from_db()
     assert (approval.state, approval.version, approval.approvals_so_far) == ("pending", 2, 1)
 
 
 def test_a_reject_costs_its_fixed_queries(waiting: Approval, approver: User) -> None:
     # As an approve that reaches quorum, less the authorization's writes.
-    assert click(logged_in(approver), waiting, "reject", reason="not eligible") == 12
+    assert click(logged_in(approver), waiting, "reject", reason="not eligible") == 11
     waiting.refresh_from_db()
     assert waiting.state == "rejected"
 
