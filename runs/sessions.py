@@ -18,6 +18,7 @@ from typing import Any
 
 from django.contrib.auth import SESSION_KEY
 from django.contrib.sessions.backends import db
+from django.core.exceptions import ValidationError
 from django.db import connections, router
 from django.utils import timezone
 
@@ -42,9 +43,21 @@ class SessionStore(db.SessionStore):
 
     def create_model_instance(self, data: dict[str, Any]) -> Any:
         session = super().create_model_instance(data)
-        user_id = data.get(SESSION_KEY)
-        session.user_id = None if user_id is None else self.model.user.field.to_python(user_id)
+        session.user_id = self._named(data)
         return session
+
+    async def acreate_model_instance(self, data: dict[str, Any]) -> Any:
+        session = await super().acreate_model_instance(data)
+        session.user_id = self._named(data)
+        return session
+
+    def _named(self, data: dict[str, Any]) -> Any:
+        """The id of the person the data names, for the row; None when it names no one (or
+        nothing a person's id can be: Django's `get_user` refuses that value too)."""
+        try:
+            return self.model.user.field.to_python(data.get(SESSION_KEY))
+        except ValidationError:
+            return None
 
     def person(self, user_id: Any) -> Any:
         """The person `user_id` as this session's read loaded them, or NOT_READ when the read
@@ -54,6 +67,8 @@ class SessionStore(db.SessionStore):
         return self._person
 
     def _get_session_from_db(self) -> Any:
+        # Only what this read loads may be taken: not a person an earlier read of the store did.
+        self._person, self._person_id = NOT_READ, None
         model = self.model
         conn = connections[router.db_for_read(model)]
         if conn.vendor == "postgresql":

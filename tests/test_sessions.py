@@ -122,6 +122,49 @@ def test_a_deleted_person_loses_their_sessions(tenant: Tenant) -> None:
     assert client.get("/approvals/").status_code == 302
 
 
+def test_a_row_naming_someone_who_no_longer_exists_signs_no_one_in(approver: User) -> None:
+    client = logged_in(approver)
+    Session.objects.filter(pk=client.session.session_key).update(user_id=999_999)
+    store = SessionStore(client.session.session_key)
+    store.load()
+    assert store.person("999999") is None
+    # The data still names the approver: the row's mismatch makes the backend read them itself.
+    assert store.person(str(approver.pk)) is NOT_READ
+    assert client.get("/approvals/").status_code == 200
+
+
+def test_a_second_read_forgets_what_the_first_loaded(approver: User) -> None:
+    key = logged_in(approver).session.session_key
+    store = SessionStore(key)
+    store.load()
+    assert store.person(str(approver.pk)) is not NOT_READ
+    Session.objects.filter(pk=key).delete()
+    store._session_key = key  # read the same key again: it is gone now
+    store.load()
+    assert store.person(str(approver.pk)) is NOT_READ
+
+
+def test_a_deactivated_person_is_signed_out(approver: User) -> None:
+    client = logged_in(approver)
+    assert client.get("/approvals/").status_code == 200
+    User.objects.filter(pk=approver.pk).update(is_active=False)
+    assert client.get("/approvals/").status_code == 302
+
+
+def test_a_value_that_is_no_persons_id_saves_a_row_naming_no_one() -> None:
+    key = _saved({"_auth_user_id": "not-a-number"})
+    assert Session.objects.get(pk=key).user_id is None
+
+
+def test_an_async_save_names_the_person_too(approver: User) -> None:
+    from asgiref.sync import async_to_sync
+
+    store = SessionStore()
+    store["_auth_user_id"] = str(approver.pk)
+    async_to_sync(store.asave)()
+    assert Session.objects.get(pk=store.session_key).user_id == approver.pk
+
+
 def test_signing_out_leaves_no_row_naming_the_person(approver: User) -> None:
     client = logged_in(approver)
     client.logout()
