@@ -404,11 +404,14 @@ def person_read(user_id: Any) -> User | None:
     with connection.cursor() as cursor:
         cursor.execute(_PERSON, [User._meta.pk.to_python(user_id)])
         row = cursor.fetchone()
-    if row is None:
-        return None
+    return None if row is None else _person_with_tenant(row)
+
+
+def _person_with_tenant(values: tuple) -> User:
+    """A person from their row's values followed by their tenant's, the tenant loaded."""
     first = len(User._meta.concrete_fields)
-    person = _make(User, row[:first])
-    tenant = None if person.tenant_id is None else _make(Tenant, row[first:])
+    person = _make(User, values[:first])
+    tenant = None if person.tenant_id is None else _make(Tenant, values[first:])
     User.tenant.field.set_cached_value(person, tenant)
     return person
 
@@ -438,13 +441,8 @@ def session_read(session_key: str, now: datetime) -> tuple[Session, User | None]
     session = Session(
         session_key=session_key, session_data=row[0], expire_date=row[1], user_id=row[2]
     )
-    first, last = 3, 3 + len(User._meta.concrete_fields)
-    if row[first] is None:
-        return session, None
-    person = _make(User, row[first:last])
-    tenant = None if person.tenant_id is None else _make(Tenant, row[last:])
-    User.tenant.field.set_cached_value(person, tenant)
-    return session, person
+    # No person's id (column 3) when the row names no one, or someone deleted since.
+    return session, None if row[3] is None else _person_with_tenant(row[3:])
 
 
 # --- the run page's run (runs/selectors.py run_for_page) -------------------------------------
