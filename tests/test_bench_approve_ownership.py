@@ -12,7 +12,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from bench import pgstats
-from bench.management.commands import bench_dispatch
+from bench.management.commands import bench_approve, bench_dispatch
 from bench.management.commands.bench_approve import MARK, REDIS_MARK, claim_redis, own_database
 
 URL = os.environ.get("DATABASE_URL", "")
@@ -99,3 +99,20 @@ def test_the_inner_phases_refuse_a_database_the_benchmark_did_not_make(tmp_path)
             "--redis-db",
             "0",
         )
+
+
+def test_it_keeps_its_own_database_analyzed_as_autovacuum_would(database_name: str) -> None:
+    """With the server's autovacuum off (CI's settings), nothing else would ever analyze the
+    benchmark's new database: its plans would be chosen without statistics."""
+    own_database(URL, database_name, recreate=False)
+    command = bench_approve.Command()
+    parser = command.create_parser("manage.py", "bench_approve")
+    opts = vars(parser.parse_args(["--database", database_name, "--redis-db", "3"]))
+    bench = bench_approve.Bench(command, opts, URL, "redis://127.0.0.1:6379/0")
+    bench.start_maintenance()
+    try:
+        assert bench.analyzer is not None
+        assert bench.analyzer.is_alive() or not bench.analyzer.off  # on: the server analyzes
+        assert bench.analyzer.conn.info.dbname == database_name
+    finally:
+        bench.analyzer.stop()
