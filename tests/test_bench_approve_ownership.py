@@ -1,5 +1,5 @@
 """bench_approve empties only what it made: its marked database, its marked Redis database; a
-bench_dispatch database is not its own either."""
+bench_dispatch database is not its own either. And it keeps its own database analyzed."""
 
 from __future__ import annotations
 
@@ -101,14 +101,15 @@ def test_the_inner_phases_refuse_a_database_the_benchmark_did_not_make(tmp_path)
         )
 
 
-def test_it_keeps_its_own_database_analyzed_as_autovacuum_would(database_name: str) -> None:
+def test_its_maintenance_runs_on_its_own_database(database_name: str) -> None:
     """With the server's autovacuum off (CI's settings), nothing else would ever analyze the
-    benchmark's new database: its plans would be chosen without statistics."""
+    benchmark's new database: its plans would be chosen without statistics. (What the pass
+    analyzes: tests/test_bench_pgstats.py.)"""
     own_database(URL, database_name, recreate=False)
     command = bench_approve.Command()
     parser = command.create_parser("manage.py", "bench_approve")
-    opts = vars(parser.parse_args(["--database", database_name, "--redis-db", "3"]))
-    bench = bench_approve.Bench(command, opts, URL, "redis://127.0.0.1:6379/0")
+    opts = vars(parser.parse_args(["--database", database_name, "--redis-db", "0"]))
+    bench = bench_approve.Bench(command, opts, URL, "redis://127.0.0.1:6379/0")  # not used
     bench.start_maintenance()
     try:
         assert bench.analyzer is not None
