@@ -46,7 +46,11 @@ class AutoAnalyze(threading.Thread):
         self.conn = psycopg.connect(conninfo, autocommit=True)
         self.interval = interval
         self.statements = 1
-        self.off = self.conn.execute("SHOW autovacuum").fetchone()[0] == "off"
+        try:
+            self.off = self.conn.execute("SHOW autovacuum").fetchone()[0] == "off"
+        except BaseException:  # never started, so stop() never closes it: close it here
+            self.conn.close()
+            raise
         self.analyzed: dict[str, int] = {}
         self._halt = threading.Event()
 

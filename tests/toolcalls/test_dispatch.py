@@ -189,6 +189,39 @@ def test_a_probe_whose_worker_died_hands_the_probe_on(
     assert_log_matches_state()
 
 
+def test_an_old_probes_late_failure_leaves_the_new_probe_alone(
+    run: Run, sandbox: Sandbox, settings, monkeypatch
+) -> None:
+    """The first probe's worker pauses with a 5xx in hand; its lease runs out, the next call
+    takes the probe over and is sent. The paused worker then records its 5xx: a stale result,
+    refused before the breaker hears of it (and a half-open breaker ignores the failure of a
+    call that is no longer its probe: the test fails only with both guards gone), so the
+    breaker neither reopens nor loses its new probe, whose success closes it."""
+    calls = open_the_circuit(run, sandbox, settings, monkeypatch)  # faults still on: a 5xx
+    ToolCall.objects.filter(pk__in=[c.pk for c in calls]).update(next_attempt_at=None)
+    breaker = CircuitBreaker.objects.get(capability_id="refund-order-v2")
+    CircuitBreaker.objects.filter(pk=breaker.pk).update(opened_until=timezone.now())
+    old = dispatch.tool_call_claim(tool_call_id=calls[0].pk, outbox_id=None, worker="paused")
+    assert old is not None
+    late = dispatch.send(old)
+    assert late.error_name == "tool.upstream_5xx"  # in hand, not recorded: the worker pauses
+    ToolCall.objects.filter(pk=old.tool_call_id).update(lease_expires_at="2000-01-01T00:00:00Z")
+    assert sweeps.leases_sweep_expired() == 1
+    sandbox.clear_faults()
+    new = dispatch.tool_call_claim(tool_call_id=calls[1].pk, outbox_id=None, worker="next")
+    assert new is not None
+    breaker = CircuitBreaker.objects.get(pk=breaker.pk)
+    assert (breaker.state, breaker.probe_tool_call_id) == ("half_open", new.tool_call_id)
+    answer = dispatch.send(new)
+    assert dispatch.record_outcome(old, late) is None
+    assert Attempt.objects.get(pk=old.attempt_id).classification == "stale"
+    breaker = CircuitBreaker.objects.get(pk=breaker.pk)
+    assert (breaker.state, breaker.probe_tool_call_id) == ("half_open", new.tool_call_id)
+    dispatch.record_outcome(new, answer)
+    assert CircuitBreaker.objects.get(pk=breaker.pk).state == "closed"
+    assert fresh(calls[1]).execution_status == "completed"
+
+
 def test_a_batch_sends_one_probe_when_the_circuit_half_opens(
     run: Run, sandbox: Sandbox, settings, monkeypatch
 ) -> None:
