@@ -158,6 +158,18 @@ def test_a_5xx_storm_opens_the_circuit_and_a_probe_closes_it(
     assert CircuitBreaker.objects.get(pk=breaker.pk).state == "closed"
 
 
+def _circuit_due_to_half_open(
+    run: Run, sandbox: Sandbox, settings, monkeypatch
+) -> tuple[list[ToolCall], CircuitBreaker]:
+    """open_the_circuit, then its open time over and its four calls due now: the next claim
+    takes the probe. The sandbox's 5xx faults are still on."""
+    calls = open_the_circuit(run, sandbox, settings, monkeypatch)
+    ToolCall.objects.filter(pk__in=[c.pk for c in calls]).update(next_attempt_at=None)
+    breaker = CircuitBreaker.objects.get(capability_id="refund-order-v2")
+    CircuitBreaker.objects.filter(pk=breaker.pk).update(opened_until=timezone.now())
+    return calls, breaker
+
+
 def test_a_probe_whose_worker_died_hands_the_probe_on(
     run: Run, sandbox: Sandbox, settings, monkeypatch
 ) -> None:
@@ -165,11 +177,8 @@ def test_a_probe_whose_worker_died_hands_the_probe_on(
     dispatcher never records the answer that would close the breaker. The next call takes the
     probe over instead of waiting for good (manage.py soak found six refunds deferred every
     2 s for 300 s behind such a probe)."""
-    calls = open_the_circuit(run, sandbox, settings, monkeypatch)
+    calls, breaker = _circuit_due_to_half_open(run, sandbox, settings, monkeypatch)
     sandbox.clear_faults()
-    breaker = CircuitBreaker.objects.get(capability_id="refund-order-v2")
-    ToolCall.objects.filter(pk__in=[c.pk for c in calls]).update(next_attempt_at=None)
-    CircuitBreaker.objects.filter(pk=breaker.pk).update(opened_until=timezone.now())
     probe = dispatch.tool_call_claim(tool_call_id=calls[0].pk, outbox_id=None, worker="dies")
     assert probe is not None
     assert CircuitBreaker.objects.get(pk=breaker.pk).state == "half_open"
@@ -197,10 +206,7 @@ def test_an_old_probes_late_failure_leaves_the_new_probe_alone(
     refused before the breaker hears of it (and a half-open breaker ignores the failure of a
     call that is no longer its probe: the test fails only with both guards gone), so the
     breaker neither reopens nor loses its new probe, whose success closes it."""
-    calls = open_the_circuit(run, sandbox, settings, monkeypatch)  # faults still on: a 5xx
-    ToolCall.objects.filter(pk__in=[c.pk for c in calls]).update(next_attempt_at=None)
-    breaker = CircuitBreaker.objects.get(capability_id="refund-order-v2")
-    CircuitBreaker.objects.filter(pk=breaker.pk).update(opened_until=timezone.now())
+    calls, breaker = _circuit_due_to_half_open(run, sandbox, settings, monkeypatch)
     old = dispatch.tool_call_claim(tool_call_id=calls[0].pk, outbox_id=None, worker="paused")
     assert old is not None
     late = dispatch.send(old)
@@ -228,11 +234,8 @@ def test_a_batch_sends_one_probe_when_the_circuit_half_opens(
     """A batch claims its calls in one transaction and saves them at its end: the second
     call must not take the probe the first took a moment before (the database still says
     the first is authorized)."""
-    calls = open_the_circuit(run, sandbox, settings, monkeypatch)
+    calls, breaker = _circuit_due_to_half_open(run, sandbox, settings, monkeypatch)
     sandbox.clear_faults()
-    ToolCall.objects.filter(pk__in=[c.pk for c in calls]).update(next_attempt_at=None)
-    breaker = CircuitBreaker.objects.get(capability_id="refund-order-v2")
-    CircuitBreaker.objects.filter(pk=breaker.pk).update(opened_until=timezone.now())
     claims = dispatch_batch.claim_batch([(c.pk, None) for c in calls])
     assert len(claims) == 1
     breaker = CircuitBreaker.objects.get(pk=breaker.pk)
